@@ -1,0 +1,325 @@
+//! Identifier newtypes: job and tranche ids (UUIDv7) and the caller-facing `CustomId`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+macro_rules! uuid_id {
+    ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(Uuid);
+
+        impl $name {
+            /// A new, time-ordered id.
+            pub fn new() -> Self {
+                Self(Uuid::now_v7())
+            }
+
+            /// The underlying UUID.
+            pub fn as_uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}{}", $prefix, self.0.simple())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdParseError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                let rest = s.strip_prefix($prefix).ok_or_else(|| IdParseError {
+                    kind: stringify!($name),
+                    value: s.to_owned(),
+                })?;
+                Uuid::try_parse(rest).map(Self).map_err(|_| IdParseError {
+                    kind: stringify!($name),
+                    value: s.to_owned(),
+                })
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdParseError;
+
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                s.parse()
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.to_string()
+            }
+        }
+    };
+}
+
+uuid_id!(
+    /// One submission: a set of requests plus its settings. Printed as `job_<uuid>`.
+    JobId,
+    "job_"
+);
+uuid_id!(
+    /// One provider batch. Printed as `tr_<uuid>`; also names the uploaded file `tranche-<id>.jsonl`.
+    TrancheId,
+    "tr_"
+);
+
+/// A string that is not a well-formed job or tranche id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}` is not a valid {kind}")]
+pub struct IdParseError {
+    kind: &'static str,
+    value: String,
+}
+
+/// The longest custom id tranche accepts.
+pub const MAX_CUSTOM_ID_LEN: usize = 512;
+
+/// A request's identity: `key:task:version`, optionally prefixed by `tenant::`.
+///
+/// The key is the caller's domain id and may itself contain `:` (`ticket:84291`), so
+/// the task and version are the last two `:`-separated parts. An id without any `:`
+/// (as in plain OpenAI batch files, e.g. `request-17`) is kept as it is, and its key
+/// is the whole id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct CustomId(String);
+
+/// Why a string is not a valid custom id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CustomIdError {
+    #[error("custom_id is empty")]
+    Empty,
+    #[error("custom_id is longer than {MAX_CUSTOM_ID_LEN} bytes")]
+    TooLong,
+    #[error("custom_id contains a control character")]
+    ControlCharacter,
+    #[error("custom_id has an empty {0} part (expected `[tenant::]key:task:version`)")]
+    EmptyPart(&'static str),
+    #[error("{0} must not contain `:`")]
+    ColonInPart(&'static str),
+}
+
+impl CustomId {
+    /// Parses an id as written in an input file.
+    pub fn parse(s: &str) -> Result<Self, CustomIdError> {
+        if s.is_empty() {
+            return Err(CustomIdError::Empty);
+        }
+        if s.len() > MAX_CUSTOM_ID_LEN {
+            return Err(CustomIdError::TooLong);
+        }
+        if s.chars().any(char::is_control) {
+            return Err(CustomIdError::ControlCharacter);
+        }
+        let rest = match s.split_once("::") {
+            Some((tenant, rest)) => {
+                if tenant.is_empty() {
+                    return Err(CustomIdError::EmptyPart("tenant"));
+                }
+                if tenant.contains(':') {
+                    return Err(CustomIdError::ColonInPart("tenant"));
+                }
+                rest
+            }
+            None => s,
+        };
+        if rest.contains(':') {
+            let mut parts = rest.rsplitn(3, ':');
+            let version = parts.next().unwrap_or_default();
+            let task = parts.next().unwrap_or_default();
+            let key = parts.next().unwrap_or_default();
+            if version.is_empty() {
+                return Err(CustomIdError::EmptyPart("version"));
+            }
+            if task.is_empty() {
+                return Err(CustomIdError::EmptyPart("task"));
+            }
+            if key.is_empty() || key.split(':').any(str::is_empty) {
+                return Err(CustomIdError::EmptyPart("key"));
+            }
+        } else if rest.is_empty() {
+            return Err(CustomIdError::EmptyPart("key"));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    /// Builds `[tenant::]key:task:version` from its parts.
+    pub fn compose(
+        tenant: Option<&str>,
+        key: &str,
+        task: &str,
+        version: &str,
+    ) -> Result<Self, CustomIdError> {
+        if task.contains(':') {
+            return Err(CustomIdError::ColonInPart("task"));
+        }
+        if version.contains(':') {
+            return Err(CustomIdError::ColonInPart("version"));
+        }
+        if task.is_empty() {
+            return Err(CustomIdError::EmptyPart("task"));
+        }
+        if version.is_empty() {
+            return Err(CustomIdError::EmptyPart("version"));
+        }
+        if key.is_empty() {
+            return Err(CustomIdError::EmptyPart("key"));
+        }
+        if key.contains("::") {
+            return Err(CustomIdError::EmptyPart("key"));
+        }
+        let id = match tenant {
+            Some(tenant) => {
+                if tenant.contains(':') {
+                    return Err(CustomIdError::ColonInPart("tenant"));
+                }
+                format!("{tenant}::{key}:{task}:{version}")
+            }
+            None => format!("{key}:{task}:{version}"),
+        };
+        Self::parse(&id)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The tenant prefix, if any.
+    pub fn tenant(&self) -> Option<&str> {
+        self.0.split_once("::").map(|(tenant, _)| tenant)
+    }
+
+    fn without_tenant(&self) -> &str {
+        self.0.split_once("::").map_or(self.0.as_str(), |(_, rest)| rest)
+    }
+
+    /// The caller's domain key: everything before `:task:version`, or the whole id.
+    pub fn key(&self) -> &str {
+        let rest = self.without_tenant();
+        match rest.rsplitn(3, ':').nth(2) {
+            Some(key) => key,
+            None => rest,
+        }
+    }
+
+    /// The task part, when the id is structured.
+    pub fn task(&self) -> Option<&str> {
+        let rest = self.without_tenant();
+        let mut parts = rest.rsplitn(3, ':');
+        let _version = parts.next();
+        let task = parts.next()?;
+        parts.next().map(|_| task)
+    }
+
+    /// The version part, when the id is structured.
+    pub fn version(&self) -> Option<&str> {
+        let rest = self.without_tenant();
+        let mut parts = rest.rsplitn(3, ':');
+        let version = parts.next()?;
+        parts.next()?;
+        parts.next().map(|_| version)
+    }
+}
+
+impl fmt::Display for CustomId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for CustomId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for CustomId {
+    type Error = CustomIdError;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<CustomId> for String {
+    fn from(id: CustomId) -> String {
+        id.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structured_id_splits_from_the_right() {
+        let id = CustomId::parse("ticket:84291:intent:v3").unwrap();
+        assert_eq!(id.key(), "ticket:84291");
+        assert_eq!(id.task(), Some("intent"));
+        assert_eq!(id.version(), Some("v3"));
+        assert_eq!(id.tenant(), None);
+    }
+
+    #[test]
+    fn tenant_prefix() {
+        let id = CustomId::compose(Some("acme"), "doc:7", "summary", "v1").unwrap();
+        assert_eq!(id.as_str(), "acme::doc:7:summary:v1");
+        assert_eq!(id.tenant(), Some("acme"));
+        assert_eq!(id.key(), "doc:7");
+        assert_eq!(id.task(), Some("summary"));
+    }
+
+    #[test]
+    fn opaque_id_is_its_own_key() {
+        let id = CustomId::parse("request-17").unwrap();
+        assert_eq!(id.key(), "request-17");
+        assert_eq!(id.task(), None);
+        assert_eq!(id.version(), None);
+    }
+
+    #[test]
+    fn rejects_empty_parts_and_control_characters() {
+        assert_eq!(CustomId::parse(""), Err(CustomIdError::Empty));
+        assert_eq!(CustomId::parse("a:b:"), Err(CustomIdError::EmptyPart("version")));
+        assert_eq!(CustomId::parse("a:::b"), Err(CustomIdError::EmptyPart("task")));
+        assert_eq!(CustomId::parse("k:t::v"), Err(CustomIdError::ColonInPart("tenant")));
+        assert_eq!(CustomId::parse("acme::b").unwrap().key(), "b");
+        assert_eq!(CustomId::parse(":b:c"), Err(CustomIdError::EmptyPart("key")));
+        assert_eq!(CustomId::parse("a::b::c:d"), Err(CustomIdError::EmptyPart("key")));
+        assert_eq!(CustomId::parse("::k:t:v"), Err(CustomIdError::EmptyPart("tenant")));
+        assert_eq!(CustomId::parse("a\nb"), Err(CustomIdError::ControlCharacter));
+        assert_eq!(CustomId::compose(None, "k", "", "v1"), Err(CustomIdError::EmptyPart("task")));
+        assert_eq!(
+            CustomId::compose(None, "k", "t:x", "v1"),
+            Err(CustomIdError::ColonInPart("task"))
+        );
+        assert_eq!(CustomId::parse(&"x".repeat(513)), Err(CustomIdError::TooLong));
+    }
+
+    #[test]
+    fn ids_round_trip_through_strings() {
+        let job = JobId::new();
+        assert_eq!(job.to_string().parse::<JobId>().unwrap(), job);
+        assert!(job.to_string().starts_with("job_"));
+        let tranche = TrancheId::new();
+        assert_eq!(tranche.to_string().parse::<TrancheId>().unwrap(), tranche);
+        assert!("job_nope".parse::<JobId>().is_err());
+        assert!(tranche.to_string().parse::<JobId>().is_err());
+    }
+}

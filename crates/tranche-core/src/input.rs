@@ -1,0 +1,512 @@
+//! Input parsing: tranche lines and OpenAI batch lines into fingerprinted requests, with
+//! line-numbered errors.
+//!
+//! Two line shapes are accepted, and may be mixed in one file:
+//! - tranche lines `{"key": "ticket:84291", "body": {...}}`, whose task, version and
+//!   endpoint come from [`InputOptions`];
+//! - OpenAI batch lines `{"custom_id", "method", "url", "body"}`, taken as they are.
+//!
+//! The parser works line by line so that callers can stream a file through it; it does no
+//! IO itself. A file is good only if no line has an error: callers reject it whole otherwise.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::hash::canonical_json;
+use crate::{CustomId, Endpoint, InputHash, ProviderKind};
+
+/// How to read tranche lines, and which provider the requests are for.
+#[derive(Debug, Clone)]
+pub struct InputOptions {
+    pub provider: ProviderKind,
+    /// The task for tranche lines (`--task`).
+    pub task: Option<String>,
+    /// The version for tranche lines (`--version`).
+    pub version: Option<String>,
+    /// The endpoint for tranche lines (`--endpoint`).
+    pub endpoint: Endpoint,
+    /// Fills `body.model` when a line has none (`--model`).
+    pub model: Option<String>,
+    /// Prefixes tranche-line custom ids with `tenant::`.
+    pub tenant: Option<String>,
+}
+
+impl InputOptions {
+    pub fn new(provider: ProviderKind) -> Self {
+        Self {
+            provider,
+            task: None,
+            version: None,
+            endpoint: Endpoint::ChatCompletions,
+            model: None,
+            tenant: None,
+        }
+    }
+}
+
+/// One valid input line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedRequest {
+    /// 1-based line number in the input.
+    pub line: u64,
+    pub custom_id: CustomId,
+    pub endpoint: Endpoint,
+    pub model: String,
+    /// The request body as canonical compact JSON (with `model` filled in).
+    pub body: String,
+    pub input_hash: InputHash,
+}
+
+/// What is wrong with one input line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputError {
+    /// 1-based line number.
+    pub line: u64,
+    /// The offending field (`body.model`, `custom_id`, ...), when one is to blame.
+    pub field: Option<String>,
+    pub reason: String,
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "line {}: `{}`: {}", self.line, field, self.reason),
+            None => write!(f, "line {}: {}", self.line, self.reason),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+fn error(line: u64, field: Option<&str>, reason: impl Into<String>) -> InputError {
+    InputError { line, field: field.map(str::to_owned), reason: reason.into() }
+}
+
+/// A line-at-a-time parser that remembers every custom id it has seen.
+#[derive(Debug)]
+pub struct InputParser {
+    options: InputOptions,
+    seen: HashMap<CustomId, u64>,
+    line: u64,
+}
+
+impl InputParser {
+    pub fn new(options: InputOptions) -> Self {
+        Self { options, seen: HashMap::new(), line: 0 }
+    }
+
+    /// The number of lines consumed so far.
+    pub fn lines_read(&self) -> u64 {
+        self.line
+    }
+
+    /// Parses the next line. Blank lines yield `Ok(None)` but still count.
+    pub fn next_line(&mut self, text: &str) -> Result<Option<ParsedRequest>, InputError> {
+        self.line += 1;
+        let line = self.line;
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        let text = if line == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| error(line, None, format!("invalid JSON: {e}")))?;
+        let Value::Object(mut object) = value else {
+            return Err(error(line, None, "expected a JSON object"));
+        };
+        let (custom_id, endpoint) = if object.contains_key("custom_id") {
+            self.openai_line(line, &object)?
+        } else if object.contains_key("key") {
+            self.tranche_line(line, &object)?
+        } else {
+            return Err(error(
+                line,
+                Some("key"),
+                "missing field (tranche lines need `key` and `body`; OpenAI batch lines need `custom_id`, `method`, `url` and `body`)",
+            ));
+        };
+        let mut body = match object.remove("body") {
+            Some(Value::Object(body)) => body,
+            Some(other) => {
+                return Err(error(
+                    line,
+                    Some("body"),
+                    format!("expected an object, found {}", type_name(&other)),
+                ));
+            }
+            None => return Err(error(line, Some("body"), "missing field")),
+        };
+        let model = self.model(line, &mut body)?;
+        if let Some(&first) = self.seen.get(&custom_id) {
+            return Err(error(
+                line,
+                Some("custom_id"),
+                format!("duplicate custom_id `{custom_id}`: already used on line {first}"),
+            ));
+        }
+        self.seen.insert(custom_id.clone(), line);
+        let body = Value::Object(body);
+        let input_hash = InputHash::compute(self.options.provider, endpoint, &body);
+        Ok(Some(ParsedRequest {
+            line,
+            custom_id,
+            endpoint,
+            model,
+            body: canonical_json(&body),
+            input_hash,
+        }))
+    }
+
+    fn openai_line(
+        &self,
+        line: u64,
+        object: &Map<String, Value>,
+    ) -> Result<(CustomId, Endpoint), InputError> {
+        let custom_id = required_str(line, object, "custom_id")?;
+        let custom_id = CustomId::parse(custom_id)
+            .map_err(|e| error(line, Some("custom_id"), e.to_string()))?;
+        let method = required_str(line, object, "method")?;
+        if method != "POST" {
+            return Err(error(
+                line,
+                Some("method"),
+                format!("`{method}` is not supported: batch requests must use POST"),
+            ));
+        }
+        let url = required_str(line, object, "url")?;
+        let endpoint = self.endpoint(line, "url", url)?;
+        Ok((custom_id, endpoint))
+    }
+
+    fn tranche_line(
+        &self,
+        line: u64,
+        object: &Map<String, Value>,
+    ) -> Result<(CustomId, Endpoint), InputError> {
+        let key = required_str(line, object, "key")?;
+        let task = self.options.task.as_deref().ok_or_else(|| {
+            error(line, Some("key"), "tranche lines need a task: pass --task (e.g. --task intent)")
+        })?;
+        let version = self.options.version.as_deref().unwrap_or("v1");
+        let custom_id = CustomId::compose(self.options.tenant.as_deref(), key, task, version)
+            .map_err(|e| error(line, Some("key"), e.to_string()))?;
+        if let Some(url) = object.get("url") {
+            let Value::String(url) = url else {
+                return Err(error(line, Some("url"), "expected a string"));
+            };
+            return Ok((custom_id, self.endpoint(line, "url", url)?));
+        }
+        Ok((custom_id, self.options.endpoint))
+    }
+
+    fn endpoint(&self, line: u64, field: &str, url: &str) -> Result<Endpoint, InputError> {
+        let provider = self.options.provider;
+        let endpoint: Endpoint = url.parse().map_err(|_| {
+            error(
+                line,
+                Some(field),
+                format!("unknown endpoint `{url}` (expected one of {})", endpoint_list(provider)),
+            )
+        })?;
+        if !provider.endpoints().contains(&endpoint) {
+            return Err(error(
+                line,
+                Some(field),
+                format!(
+                    "endpoint `{url}` is not served by {provider} batches (expected one of {})",
+                    endpoint_list(provider)
+                ),
+            ));
+        }
+        Ok(endpoint)
+    }
+
+    fn model(&self, line: u64, body: &mut Map<String, Value>) -> Result<String, InputError> {
+        match body.get("model") {
+            Some(Value::String(model)) if !model.is_empty() => Ok(model.clone()),
+            Some(Value::String(_)) => Err(error(line, Some("body.model"), "empty model name")),
+            Some(other) => Err(error(
+                line,
+                Some("body.model"),
+                format!("expected a string, found {}", type_name(other)),
+            )),
+            None => match &self.options.model {
+                Some(model) => {
+                    body.insert("model".to_owned(), Value::String(model.clone()));
+                    Ok(model.clone())
+                }
+                None => Err(error(
+                    line,
+                    Some("body.model"),
+                    "missing model: set `model` in the body or pass --model",
+                )),
+            },
+        }
+    }
+}
+
+fn endpoint_list(provider: ProviderKind) -> String {
+    provider.endpoints().iter().map(|e| e.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+fn required_str<'a>(
+    line: u64,
+    object: &'a Map<String, Value>,
+    field: &str,
+) -> Result<&'a str, InputError> {
+    match object.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => {
+            Err(error(line, Some(field), format!("expected a string, found {}", type_name(other))))
+        }
+        None => Err(error(line, Some(field), "missing field")),
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The most line errors [`parse_str`] keeps; the rest are only counted.
+pub const MAX_REPORTED_ERRORS: usize = 100;
+
+/// Every error of a rejected input (the first [`MAX_REPORTED_ERRORS`]) and how many there were.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub errors: Vec<InputError>,
+    pub total: u64,
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "input rejected: {} bad line(s); nothing was stored", self.total)?;
+        for e in &self.errors {
+            writeln!(f, "  {e}")?;
+        }
+        if self.total > self.errors.len() as u64 {
+            writeln!(f, "  … and {} more", self.total - self.errors.len() as u64)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+/// Collects line errors while a file streams through an [`InputParser`].
+#[derive(Debug, Default)]
+pub struct ErrorCollector {
+    errors: Vec<InputError>,
+    total: u64,
+}
+
+impl ErrorCollector {
+    pub fn push(&mut self, e: InputError) {
+        self.total += 1;
+        if self.errors.len() < MAX_REPORTED_ERRORS {
+            self.errors.push(e);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// `Ok(())` when no line was bad.
+    pub fn finish(self) -> Result<(), Rejected> {
+        if self.total == 0 {
+            Ok(())
+        } else {
+            Err(Rejected { errors: self.errors, total: self.total })
+        }
+    }
+}
+
+/// Parses a whole text, all or nothing.
+pub fn parse_str(text: &str, options: InputOptions) -> Result<Vec<ParsedRequest>, Rejected> {
+    let mut parser = InputParser::new(options);
+    let mut errors = ErrorCollector::default();
+    let mut requests = Vec::new();
+    for line in text.split('\n') {
+        match parser.next_line(line) {
+            Ok(Some(request)) => requests.push(request),
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    errors.finish()?;
+    if requests.is_empty() {
+        return Err(Rejected {
+            errors: vec![error(1, None, "the input has no requests")],
+            total: 1,
+        });
+    }
+    Ok(requests)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> InputOptions {
+        InputOptions {
+            task: Some("intent".into()),
+            version: Some("v3".into()),
+            model: Some("gpt-4o-mini".into()),
+            ..InputOptions::new(ProviderKind::Openai)
+        }
+    }
+
+    fn only_error(text: &str, options: InputOptions) -> InputError {
+        let rejected = parse_str(text, options).unwrap_err();
+        assert_eq!(rejected.total, 1, "{rejected}");
+        rejected.errors.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn tranche_lines_get_ids_endpoint_and_model() {
+        let reqs = parse_str(
+            "{\"key\":\"ticket:84291\",\"body\":{\"messages\":[]}}\n\n{\"key\":\"t2\",\"body\":{\"model\":\"gpt-4o\"}}\n",
+            options(),
+        )
+        .unwrap();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[0].custom_id.as_str(), "ticket:84291:intent:v3");
+        assert_eq!(reqs[0].endpoint, Endpoint::ChatCompletions);
+        assert_eq!(reqs[0].model, "gpt-4o-mini");
+        assert_eq!(reqs[0].body, r#"{"messages":[],"model":"gpt-4o-mini"}"#);
+        assert_eq!(reqs[1].line, 3);
+        assert_eq!(reqs[1].model, "gpt-4o");
+    }
+
+    #[test]
+    fn openai_lines_are_taken_as_they_are() {
+        let reqs = parse_str(
+            r#"{"custom_id":"request-1","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"x"}}"#,
+            InputOptions::new(ProviderKind::Openai),
+        )
+        .unwrap();
+        assert_eq!(reqs[0].custom_id.as_str(), "request-1");
+        assert_eq!(reqs[0].endpoint, Endpoint::Embeddings);
+        assert_eq!(reqs[0].model, "text-embedding-3-small");
+    }
+
+    #[test]
+    fn hash_ignores_key_order_in_the_file() {
+        let a = parse_str(r#"{"key":"k","body":{"model":"m","a":1,"b":2}}"#, options()).unwrap();
+        let b = parse_str(r#"{"body":{"b":2,"a":1,"model":"m"},"key":"k"}"#, options()).unwrap();
+        assert_eq!(a[0].input_hash, b[0].input_hash);
+    }
+
+    #[test]
+    fn invalid_json() {
+        let e = only_error("{\"key\":\"a\",\"body\":{}}\n{nope", options());
+        assert_eq!(e.line, 2);
+        assert!(e.reason.starts_with("invalid JSON"), "{e}");
+    }
+
+    #[test]
+    fn missing_fields() {
+        let e = only_error(r#"{"body":{"model":"m"}}"#, options());
+        assert_eq!(e.field.as_deref(), Some("key"));
+        let e = only_error(r#"{"key":"a"}"#, options());
+        assert_eq!(e.field.as_deref(), Some("body"));
+        assert_eq!(e.reason, "missing field");
+        let e = only_error(r#"{"custom_id":"a","url":"/v1/embeddings","body":{}}"#, options());
+        assert_eq!(e.field.as_deref(), Some("method"));
+    }
+
+    #[test]
+    fn wrong_types() {
+        let e = only_error(r#"{"key":7,"body":{}}"#, options());
+        assert_eq!(
+            (e.field.as_deref(), e.reason.as_str()),
+            (Some("key"), "expected a string, found a number")
+        );
+        let e = only_error(r#"{"key":"a","body":[1]}"#, options());
+        assert_eq!(
+            (e.field.as_deref(), e.reason.as_str()),
+            (Some("body"), "expected an object, found an array")
+        );
+        let e = only_error(r#"{"key":"a","body":{"model":5}}"#, options());
+        assert_eq!(e.field.as_deref(), Some("body.model"));
+        let e = only_error("[1,2]", options());
+        assert_eq!(e.reason, "expected a JSON object");
+    }
+
+    #[test]
+    fn unknown_endpoint_and_bad_method() {
+        let e = only_error(
+            r#"{"custom_id":"a","method":"POST","url":"/v1/chat","body":{"model":"m"}}"#,
+            options(),
+        );
+        assert_eq!(e.field.as_deref(), Some("url"));
+        assert!(e.reason.starts_with("unknown endpoint `/v1/chat`"), "{e}");
+        let e = only_error(
+            r#"{"custom_id":"a","method":"GET","url":"/v1/embeddings","body":{"model":"m"}}"#,
+            options(),
+        );
+        assert_eq!(e.field.as_deref(), Some("method"));
+        assert!(e.reason.contains("must use POST"));
+    }
+
+    #[test]
+    fn duplicate_custom_id_names_both_lines() {
+        let text =
+            "{\"key\":\"a\",\"body\":{}}\n{\"key\":\"b\",\"body\":{}}\n{\"key\":\"a\",\"body\":{}}";
+        let e = only_error(text, options());
+        assert_eq!(e.line, 3);
+        assert_eq!(e.field.as_deref(), Some("custom_id"));
+        assert!(e.reason.contains("already used on line 1"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "line 3: `custom_id`: duplicate custom_id `a:intent:v3`: already used on line 1"
+        );
+    }
+
+    #[test]
+    fn missing_model() {
+        let opts = InputOptions { model: None, ..options() };
+        let e = only_error(r#"{"key":"a","body":{}}"#, opts);
+        assert_eq!(e.field.as_deref(), Some("body.model"));
+        assert!(e.reason.contains("--model"));
+    }
+
+    #[test]
+    fn missing_task_for_tranche_lines() {
+        let opts = InputOptions { task: None, ..options() };
+        let e = only_error(r#"{"key":"a","body":{}}"#, opts);
+        assert!(e.reason.contains("--task"));
+    }
+
+    #[test]
+    fn every_bad_line_is_reported() {
+        let text = "nope\n{\"key\":\"a\",\"body\":{}}\n{\"key\":1}\n";
+        let rejected = parse_str(text, options()).unwrap_err();
+        assert_eq!(rejected.total, 2);
+        assert_eq!(rejected.errors.iter().map(|e| e.line).collect::<Vec<_>>(), vec![1, 3]);
+    }
+
+    #[test]
+    fn empty_input_is_rejected() {
+        assert!(parse_str("\n\n", options()).is_err());
+    }
+
+    #[test]
+    fn endpoint_must_belong_to_provider() {
+        let opts = InputOptions::new(ProviderKind::Azure);
+        let e = only_error(
+            r#"{"custom_id":"a","method":"POST","url":"/v1/embeddings","body":{"model":"m"}}"#,
+            opts,
+        );
+        assert!(e.reason.contains("not served by azure"), "{e}");
+    }
+}

@@ -1,0 +1,11 @@
+//! tranche's domain: identities, fingerprints, input parsing and tranche planning; does no IO.
+
+pub mod hash;
+pub mod ids;
+pub mod input;
+pub mod plan;
+pub mod provider;
+
+pub use hash::InputHash;
+pub use ids::{CustomId, CustomIdError, JobId, TrancheId};
+pub use provider::{Endpoint, ProviderKind};
