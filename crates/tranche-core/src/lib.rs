@@ -5,7 +5,9 @@ pub mod ids;
 pub mod input;
 pub mod plan;
 pub mod provider;
+pub mod state;
 
 pub use hash::InputHash;
 pub use ids::{CustomId, CustomIdError, JobId, TrancheId};
 pub use provider::{Endpoint, ProviderKind};
+pub use state::{JobState, RequestState, TrancheState};

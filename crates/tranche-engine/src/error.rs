@@ -1,0 +1,32 @@
+//! The engine's error type: what stops the engine itself (not what fails a request).
+
+use std::path::PathBuf;
+
+use tranche_core::ProviderKind;
+
+/// A failure the engine cannot record and carry on from.
+///
+/// Upstream errors are not here: they are recorded on the tranche, request or job they
+/// belong to, and the engine goes on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] tranche_store::StoreError),
+    #[error("{action} `{path}`: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no {0} provider is configured; pass its credentials (see `tranche run --help`)")]
+    ProviderNotConfigured(ProviderKind),
+}
+
+impl EngineError {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io { action, path, source }
+    }
+}

@@ -1,0 +1,20 @@
+//! tranche's reconciler: takes jobs from input to stored, matched results through a provider.
+//!
+//! Every step reads its starting point from the store and records its outcome there before
+//! the next step starts, so a restarted engine continues where the last one stopped. The
+//! engine never speaks HTTP itself; it goes through `tranche_providers::Provider`.
+
+mod error;
+mod reconcile;
+mod submit;
+
+pub use error::EngineError;
+pub use reconcile::{Engine, EngineConfig, Providers, Until};
+pub use submit::{SubmitError, Submitted};
+
+/// The current time in unix seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}

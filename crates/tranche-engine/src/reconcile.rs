@@ -1,0 +1,678 @@
+//! The reconciler: moves every unfinished tranche one step at a time, recording each
+//! step's outcome before the next starts.
+//!
+//! A tranche's life: `planned` → `uploading` → `uploaded` → `creating` → `submitted` (polled
+//! until the batch ends) → `collecting` (result files copied to raw storage) → `ingesting`
+//! (lines matched to requests by wire id) → `cleaning` (provider files deleted) → `done`.
+//! An upstream failure that cannot be retried ends the tranche `failed`, with every one of its
+//! requests failed with that error.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio_util::sync::CancellationToken;
+use tranche_core::plan::{GroupKey, PlanItem, Planner, TrancheLimits};
+use tranche_core::{CustomId, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState};
+use tranche_providers::{
+    BatchId, BatchStatus, CreateBatch, FileId, LineError, LineOutcome, Provider, UpstreamError,
+};
+use tranche_store::{
+    AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store, TrancheRecord,
+    TrancheUpdate,
+};
+use tracing::{debug, info, warn};
+
+use crate::error::EngineError;
+use crate::unix_now;
+
+/// The configured provider adapters, by provider.
+#[derive(Debug, Clone, Default)]
+pub struct Providers {
+    adapters: BTreeMap<ProviderKind, Arc<dyn Provider>>,
+}
+
+impl Providers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.adapters.insert(provider.kind(), provider);
+        self
+    }
+
+    pub fn get(&self, kind: ProviderKind) -> Option<&Arc<dyn Provider>> {
+        self.adapters.get(&kind)
+    }
+}
+
+/// How the engine works. Paths are where it keeps files of its own.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Raw result files, one folder per tranche.
+    pub raw_dir: PathBuf,
+    /// Input files being built before upload.
+    pub outbox_dir: PathBuf,
+    /// How long to wait between two polls of a running batch.
+    pub poll_interval: Duration,
+    /// The first wait after a retryable upstream failure.
+    pub retry_backoff: Duration,
+    /// Lower the providers' per-batch request limit.
+    pub max_batch_requests: Option<usize>,
+    /// Lower the providers' per-batch byte limit.
+    pub max_batch_bytes: Option<u64>,
+}
+
+impl EngineConfig {
+    /// Defaults for a data folder (`./.tranche` by default).
+    pub fn in_dir(data_dir: &Path) -> Self {
+        Self {
+            raw_dir: data_dir.join("raw"),
+            outbox_dir: data_dir.join("outbox"),
+            poll_interval: Duration::from_secs(30),
+            retry_backoff: Duration::from_secs(5),
+            max_batch_requests: None,
+            max_batch_bytes: None,
+        }
+    }
+
+    pub fn limits(&self, provider: ProviderKind) -> TrancheLimits {
+        TrancheLimits::for_provider(provider).lowered(self.max_batch_requests, self.max_batch_bytes)
+    }
+}
+
+/// When [`Engine::drive`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// When this job has reached a terminal state.
+    JobEnds(JobId),
+    /// When no job has work left.
+    Idle,
+    /// Only when cancelled.
+    Cancelled,
+}
+
+/// The reconciler. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    store: Store,
+    providers: Providers,
+    config: EngineConfig,
+}
+
+/// The id a provider sees for a request. OpenAI and Azure take tranche's custom id as is.
+pub(crate) fn wire_id(_provider: ProviderKind, custom_id: &CustomId) -> String {
+    custom_id.as_str().to_owned()
+}
+
+fn upstream_json(e: &UpstreamError) -> serde_json::Value {
+    serde_json::to_value(e).unwrap_or_else(|_| serde_json::json!({ "message": e.to_string() }))
+}
+
+fn line_error_json(e: &LineError) -> String {
+    serde_json::to_string(e).unwrap_or_else(|_| e.message.clone())
+}
+
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX).max(1)
+}
+
+#[derive(Deserialize)]
+struct UsageOnly {
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(alias = "prompt_tokens")]
+    input_tokens: Option<u64>,
+    #[serde(alias = "completion_tokens")]
+    output_tokens: Option<u64>,
+}
+
+fn usage_of(body: &RawValue) -> (Option<u64>, Option<u64>) {
+    match serde_json::from_str::<UsageOnly>(body.get()) {
+        Ok(UsageOnly { usage: Some(u) }) => (u.input_tokens, u.output_tokens),
+        _ => (None, None),
+    }
+}
+
+impl Engine {
+    pub fn new(store: Store, providers: Providers, config: EngineConfig) -> Self {
+        Self { store, providers, config }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn providers(&self) -> &Providers {
+        &self.providers
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    fn provider(&self, kind: ProviderKind) -> Result<&Arc<dyn Provider>, EngineError> {
+        self.providers.get(kind).ok_or(EngineError::ProviderNotConfigured(kind))
+    }
+
+    /// Works until `until` holds or `cancel` fires, calling `on_tick` after every round.
+    pub async fn drive(
+        &self,
+        until: Until,
+        cancel: &CancellationToken,
+        mut on_tick: impl FnMut(),
+    ) -> Result<(), EngineError> {
+        loop {
+            self.tick().await?;
+            on_tick();
+            match until {
+                Until::JobEnds(job) => {
+                    if self.store.job(job).await?.is_none_or(|j| j.state.is_terminal()) {
+                        return Ok(());
+                    }
+                }
+                Until::Idle => {
+                    if self.store.open_jobs().await?.is_empty() {
+                        return Ok(());
+                    }
+                }
+                Until::Cancelled => {}
+            }
+            let wait = match self.store.next_due().await? {
+                Some(due) => {
+                    let now = unix_now();
+                    if due <= now {
+                        Duration::from_millis(0)
+                    } else {
+                        Duration::from_secs(u64::try_from(due - now).unwrap_or(0))
+                    }
+                }
+                None => self.config.poll_interval,
+            }
+            .min(self.config.poll_interval);
+            tokio::select! {
+                () = cancel.cancelled() => return Ok(()),
+                () = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
+            }
+        }
+    }
+
+    /// One round: plan waiting requests, move every due tranche one step, settle jobs.
+    pub async fn tick(&self) -> Result<(), EngineError> {
+        for kind in ProviderKind::ALL {
+            if self.providers.get(kind).is_some() {
+                self.plan(kind).await?;
+            }
+        }
+        for tranche in self.store.due_tranches(unix_now()).await? {
+            self.step(tranche).await?;
+        }
+        self.settle_jobs().await
+    }
+
+    /// Cuts every waiting request of one provider into tranches.
+    async fn plan(&self, kind: ProviderKind) -> Result<(), EngineError> {
+        let pending = self.store.pending_items(kind).await?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut planner = Planner::new(self.config.limits(kind));
+        let mut sealed = Vec::new();
+        for item in pending {
+            let item = PlanItem {
+                group: GroupKey { provider: kind, endpoint: item.endpoint, model: item.model },
+                bytes: item.wire_bytes,
+                item: item.request_id,
+            };
+            // Submission refuses requests larger than a batch, so this cannot fail; if a
+            // stored request somehow is, it waits rather than being dropped.
+            match planner.push(item) {
+                Ok(full) => sealed.extend(full),
+                Err(e) => warn!(error = %e, "a stored request exceeds the batch size limit"),
+            }
+        }
+        sealed.extend(planner.finish());
+        for planned in sealed {
+            let tranche = NewTranche {
+                id: TrancheId::new(),
+                provider: kind,
+                endpoint: planned.group.endpoint,
+                model: planned.group.model,
+                bytes: planned.bytes,
+                created_at: unix_now(),
+            };
+            let claimed = self.store.create_tranche(&tranche, &planned.items).await?;
+            info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, "planned tranche");
+        }
+        Ok(())
+    }
+
+    /// Moves one tranche one step.
+    async fn step(&self, tranche: TrancheRecord) -> Result<(), EngineError> {
+        let provider = Arc::clone(self.provider(tranche.provider)?);
+        let id = tranche.id;
+        let result = match tranche.state {
+            TrancheState::Planned | TrancheState::Uploading => self.upload(&*provider, &tranche).await,
+            TrancheState::Uploaded | TrancheState::Creating => self.create(&*provider, &tranche).await,
+            TrancheState::Submitted => self.poll(&*provider, &tranche).await,
+            TrancheState::Collecting => self.collect(&*provider, &tranche).await,
+            TrancheState::Ingesting => return self.ingest(&*provider, &tranche).await,
+            TrancheState::Cleaning => self.clean(&*provider, &tranche).await,
+            TrancheState::Done | TrancheState::Failed => return Ok(()),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(StepError::Engine(e)) => Err(e),
+            Err(StepError::Upstream(e)) => self.upstream_failed(&tranche, &e).await,
+        }
+        .inspect_err(|e| warn!(tranche = %id, error = %e, "tranche step failed"))
+    }
+
+    async fn upstream_failed(&self, tranche: &TrancheRecord, e: &UpstreamError) -> Result<(), EngineError> {
+        let now = unix_now();
+        let error = upstream_json(e);
+        if e.retryable() {
+            let wait = e.retry_after.unwrap_or(self.config.retry_backoff).max(self.config.retry_backoff);
+            warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "retryable upstream failure");
+            let mut update = TrancheUpdate::to(tranche.state, now);
+            update.last_error = Some(error);
+            update.not_before = now + secs(wait);
+            self.store.update_tranche(tranche.id, update).await?;
+            return Ok(());
+        }
+        match tranche.state {
+            TrancheState::Cleaning => {
+                // Results are safe; a file that cannot be deleted expires at the provider.
+                warn!(tranche = %tranche.id, error = %e, "could not delete a provider file; leaving it to expire");
+                let mut update = TrancheUpdate::to(TrancheState::Done, now);
+                update.last_error = Some(error);
+                self.store.update_tranche(tranche.id, update).await?;
+            }
+            _ => {
+                warn!(tranche = %tranche.id, error = %e, "upstream failure stopped the tranche");
+                let message = error.to_string();
+                let mut writer = self.store.begin_ingest(tranche.id).await?;
+                writer
+                    .record_rest(&ResultUpdate {
+                        state: RequestState::Failed,
+                        outcome: AttemptOutcome::Errored,
+                        status_code: e.status,
+                        output: None,
+                        error: Some(&message),
+                        input_tokens: None,
+                        output_tokens: None,
+                        at: now,
+                    })
+                    .await?;
+                writer.commit(TrancheState::Failed, now).await?;
+                let mut update = TrancheUpdate::to(TrancheState::Failed, now);
+                update.last_error = Some(error.clone());
+                self.store.update_tranche(tranche.id, update).await?;
+                for job in self.store.jobs_of_tranche(tranche.id).await? {
+                    self.store.set_job_state(job, JobState::Running, Some(&error), now).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn upload(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+        let now = unix_now();
+        self.store.update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Uploading, now)).await?;
+        let path = self.config.outbox_dir.join(format!("tranche-{}.jsonl", tranche.id));
+        self.write_input(provider, tranche.id, &path).await?;
+        let uploaded = provider.upload_batch_file(tranche.id, &path).await?;
+        let now = unix_now();
+        self.store
+            .record_file(&FileRecord {
+                provider: tranche.provider,
+                file_id: uploaded.id.as_str().to_owned(),
+                purpose: FilePurpose::BatchInput,
+                tranche_id: tranche.id,
+                filename: Some(uploaded.filename.clone()),
+                bytes: Some(uploaded.bytes),
+                expires_at: uploaded.expires_at,
+                created_at: uploaded.created_at,
+            })
+            .await?;
+        let mut update = TrancheUpdate::to(TrancheState::Uploaded, now);
+        update.input_file_id = Some(uploaded.id.into_string());
+        self.store.update_tranche(tranche.id, update).await?;
+        if let Err(e) = tokio::fs::remove_file(&path).await {
+            debug!(path = %path.display(), error = %e, "could not remove the uploaded input file");
+        }
+        info!(tranche = %tranche.id, "uploaded input file");
+        Ok(())
+    }
+
+    async fn write_input(&self, provider: &dyn Provider, tranche: TrancheId, path: &Path) -> Result<(), EngineError> {
+        tokio::fs::create_dir_all(&self.config.outbox_dir)
+            .await
+            .map_err(EngineError::io("creating the outbox", &self.config.outbox_dir))?;
+        let file = tokio::fs::File::create(path).await.map_err(EngineError::io("creating", path))?;
+        let mut out = BufWriter::new(file);
+        let mut lines = self.store.tranche_input(tranche);
+        let mut buf = Vec::new();
+        while let Some(line) = lines.try_next().await? {
+            buf.clear();
+            let body = RawValue::from_string(line.body).map_err(|e| {
+                EngineError::Store(tranche_store::StoreError::Corrupt(format!("request body: {e}")))
+            })?;
+            provider.write_input_line(&mut buf, &line.wire_id, line.endpoint, &body);
+            out.write_all(&buf).await.map_err(EngineError::io("writing", path))?;
+        }
+        out.flush().await.map_err(EngineError::io("writing", path))?;
+        out.into_inner().sync_all().await.map_err(EngineError::io("syncing", path))?;
+        Ok(())
+    }
+
+    async fn create(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+        let Some(input) = tranche.input_file_id.as_deref() else {
+            // An upload that was never recorded: upload again.
+            return self.upload(provider, tranche).await;
+        };
+        let now = unix_now();
+        self.store.update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Creating, now)).await?;
+        let input = FileId::new(input);
+        let batch = provider
+            .create_batch(CreateBatch { tranche_id: tranche.id, input_file_id: &input, endpoint: tranche.endpoint })
+            .await?;
+        let now = unix_now();
+        let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
+        update.batch_id = Some(batch.id.as_str().to_owned());
+        update.batch_status = Some(batch.status.as_str().to_owned());
+        update.not_before = now + secs(self.config.poll_interval);
+        self.store.update_tranche(tranche.id, update).await?;
+        info!(tranche = %tranche.id, batch = %batch.id, "created batch");
+        Ok(())
+    }
+
+    async fn poll(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+        let Some(batch_id) = tranche.batch_id.as_deref() else {
+            return Err(StepError::Engine(EngineError::Store(tranche_store::StoreError::Corrupt(
+                format!("tranche {} is submitted but has no batch id", tranche.id),
+            ))));
+        };
+        let batch = provider.retrieve_batch(&BatchId::new(batch_id)).await?;
+        let now = unix_now();
+        if !batch.status.is_terminal() {
+            let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
+            update.batch_status = Some(batch.status.as_str().to_owned());
+            update.not_before = now + secs(self.config.poll_interval);
+            self.store.update_tranche(tranche.id, update).await?;
+            debug!(tranche = %tranche.id, status = %batch.status, "batch still running");
+            return Ok(());
+        }
+        for (file, purpose) in [
+            (&batch.output_file_id, FilePurpose::BatchOutput),
+            (&batch.error_file_id, FilePurpose::BatchError),
+        ] {
+            if let Some(file) = file {
+                self.store
+                    .record_file(&FileRecord {
+                        provider: tranche.provider,
+                        file_id: file.as_str().to_owned(),
+                        purpose,
+                        tranche_id: tranche.id,
+                        filename: None,
+                        bytes: None,
+                        expires_at: None,
+                        created_at: now,
+                    })
+                    .await?;
+            }
+        }
+        let mut update = TrancheUpdate::to(TrancheState::Collecting, now);
+        update.batch_status = Some(batch.status.as_str().to_owned());
+        update.output_file_id = batch.output_file_id.map(FileId::into_string);
+        update.error_file_id = batch.error_file_id.map(FileId::into_string);
+        if !batch.errors.is_empty() {
+            update.batch_errors = serde_json::to_value(&batch.errors).ok();
+        }
+        self.store.update_tranche(tranche.id, update).await?;
+        info!(tranche = %tranche.id, status = %batch.status, "batch ended");
+        Ok(())
+    }
+
+    fn raw_path(&self, tranche: TrancheId, name: &str) -> PathBuf {
+        self.config.raw_dir.join(tranche.to_string()).join(name)
+    }
+
+    async fn collect(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+        let dir = self.config.raw_dir.join(tranche.id.to_string());
+        tokio::fs::create_dir_all(&dir).await.map_err(EngineError::io("creating", &dir))?;
+        for (file, name) in [(&tranche.output_file_id, "output.jsonl"), (&tranche.error_file_id, "errors.jsonl")] {
+            let Some(file) = file else { continue };
+            let dest = self.raw_path(tranche.id, name);
+            if tokio::fs::try_exists(&dest).await.unwrap_or(false) {
+                continue;
+            }
+            // Download beside the final name and rename, so a crash never leaves a partial
+            // file that looks whole.
+            let partial = dest.with_extension("jsonl.partial");
+            let bytes = provider.download_file(&FileId::new(file.as_str()), &partial).await?;
+            tokio::fs::rename(&partial, &dest).await.map_err(EngineError::io("renaming", &partial))?;
+            info!(tranche = %tranche.id, file = %file, bytes, "stored raw results");
+        }
+        self.store
+            .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Ingesting, unix_now()))
+            .await?;
+        Ok(())
+    }
+
+    async fn ingest(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), EngineError> {
+        let now = unix_now();
+        let mut writer = self.store.begin_ingest(tranche.id).await?;
+        let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
+        for name in ["output.jsonl", "errors.jsonl"] {
+            let path = self.raw_path(tranche.id, name);
+            let file = match tokio::fs::File::open(&path).await {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(EngineError::io("opening", &path)(e)),
+            };
+            let mut lines = BufReader::new(file).lines();
+            while let Some(line) = lines.next_line().await.map_err(EngineError::io("reading", &path))? {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let parsed = match provider.parse_result_line(&line) {
+                    Ok(parsed) => parsed,
+                    Err(e) => {
+                        unparsable += 1;
+                        warn!(tranche = %tranche.id, file = name, error = %e, "unparsable result line");
+                        continue;
+                    }
+                };
+                let recorded = match &parsed.outcome {
+                    LineOutcome::Succeeded { status_code, body, .. } => {
+                        let (input_tokens, output_tokens) = usage_of(body);
+                        writer
+                            .record(
+                                &parsed.wire_id,
+                                &ResultUpdate {
+                                    state: RequestState::Succeeded,
+                                    outcome: AttemptOutcome::Succeeded,
+                                    status_code: Some(*status_code),
+                                    output: Some(body.get()),
+                                    error: None,
+                                    input_tokens,
+                                    output_tokens,
+                                    at: now,
+                                },
+                            )
+                            .await?
+                    }
+                    LineOutcome::Failed(e) => {
+                        let outcome = match e.code.as_deref() {
+                            Some("batch_expired") => AttemptOutcome::Expired,
+                            Some("batch_cancelled") => AttemptOutcome::Cancelled,
+                            _ => AttemptOutcome::Errored,
+                        };
+                        let error = line_error_json(e);
+                        writer
+                            .record(
+                                &parsed.wire_id,
+                                &ResultUpdate {
+                                    state: RequestState::Failed,
+                                    outcome,
+                                    status_code: e.status,
+                                    output: None,
+                                    error: Some(&error),
+                                    input_tokens: None,
+                                    output_tokens: None,
+                                    at: now,
+                                },
+                            )
+                            .await?
+                    }
+                };
+                if recorded {
+                    matched += 1;
+                } else {
+                    unknown += 1;
+                    warn!(tranche = %tranche.id, wire_id = %parsed.wire_id, "result line matches no waiting request");
+                }
+            }
+        }
+        let rest = self.rest_outcome(tranche);
+        let rest_error = rest.1.to_string();
+        let missing = writer
+            .record_rest(&ResultUpdate {
+                state: rest.0,
+                outcome: rest.2,
+                status_code: None,
+                output: None,
+                error: Some(&rest_error),
+                input_tokens: None,
+                output_tokens: None,
+                at: now,
+            })
+            .await?;
+        writer.commit(TrancheState::Cleaning, now).await?;
+        info!(tranche = %tranche.id, matched, missing, unknown, unparsable, "ingested results");
+        Ok(())
+    }
+
+    /// What becomes of requests the batch's files did not mention.
+    fn rest_outcome(&self, tranche: &TrancheRecord) -> (RequestState, serde_json::Value, AttemptOutcome) {
+        let status = tranche.batch_status.as_deref().and_then(|s| {
+            serde_json::from_value::<BatchStatus>(serde_json::Value::String(s.to_owned())).ok()
+        });
+        let provider = tranche.provider.as_str();
+        match status {
+            Some(BatchStatus::Failed) => {
+                let first = tranche
+                    .batch_errors
+                    .as_ref()
+                    .and_then(|e| e.as_array())
+                    .and_then(|a| a.first())
+                    .cloned()
+                    .unwrap_or_default();
+                let code = first.get("code").cloned().unwrap_or(serde_json::Value::Null);
+                let message = first
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or("the provider failed the batch")
+                    .to_owned();
+                (
+                    RequestState::Failed,
+                    serde_json::json!({
+                        "provider": provider, "status": null, "error_type": "batch_failed",
+                        "code": code, "message": message, "param": first.get("param"),
+                        "line": first.get("line"), "request_id": null, "retryable": false,
+                        "batch_errors": tranche.batch_errors,
+                    }),
+                    AttemptOutcome::Errored,
+                )
+            }
+            Some(BatchStatus::Cancelled | BatchStatus::Cancelling) => (
+                RequestState::Cancelled,
+                serde_json::json!({
+                    "provider": provider, "status": null, "error_type": null, "code": "batch_cancelled",
+                    "message": "the batch was cancelled before this request ran", "param": null,
+                    "request_id": null, "retryable": true,
+                }),
+                AttemptOutcome::Cancelled,
+            ),
+            Some(BatchStatus::Expired) => (
+                RequestState::Failed,
+                serde_json::json!({
+                    "provider": provider, "status": null, "error_type": null, "code": "batch_expired",
+                    "message": "the batch expired before this request ran", "param": null,
+                    "request_id": null, "retryable": true,
+                }),
+                AttemptOutcome::Expired,
+            ),
+            _ => (
+                RequestState::Failed,
+                serde_json::json!({
+                    "provider": provider, "status": null, "error_type": null, "code": "missing_result",
+                    "message": "the batch ended without a result line for this request", "param": null,
+                    "request_id": null, "retryable": true,
+                }),
+                AttemptOutcome::Missing,
+            ),
+        }
+    }
+
+    async fn clean(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+        for file in self.store.live_files(tranche.id).await? {
+            provider.delete_file(&FileId::new(file.as_str())).await?;
+            self.store.mark_file_deleted(tranche.provider, &file, unix_now()).await?;
+            debug!(tranche = %tranche.id, file = %file, "deleted provider file");
+        }
+        self.store.update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Done, unix_now())).await?;
+        info!(tranche = %tranche.id, "tranche done");
+        Ok(())
+    }
+
+    /// Ends every job whose requests have all reached a terminal state and whose tranches
+    /// are cleaned up.
+    async fn settle_jobs(&self) -> Result<(), EngineError> {
+        for job in self.store.open_jobs().await? {
+            let counts = self.store.job_counts(job.id).await?;
+            if counts.open() > 0 || self.store.job_open_tranches(job.id).await? > 0 {
+                continue;
+            }
+            let state = if job.last_error.is_some() { JobState::Failed } else { JobState::Done };
+            self.store.set_job_state(job.id, state, None, unix_now()).await?;
+            info!(job = %job.id, state = %state, succeeded = counts.succeeded, failed = counts.failed, "job ended");
+        }
+        Ok(())
+    }
+}
+
+/// A step's failure: either the provider's (recorded, then carried on from) or the engine's.
+#[derive(Debug)]
+enum StepError {
+    Upstream(UpstreamError),
+    Engine(EngineError),
+}
+
+impl From<UpstreamError> for StepError {
+    fn from(e: UpstreamError) -> Self {
+        Self::Upstream(e)
+    }
+}
+
+impl From<EngineError> for StepError {
+    fn from(e: EngineError) -> Self {
+        Self::Engine(e)
+    }
+}
+
+impl From<tranche_store::StoreError> for StepError {
+    fn from(e: tranche_store::StoreError) -> Self {
+        Self::Engine(EngineError::Store(e))
+    }
+}

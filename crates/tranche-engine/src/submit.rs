@@ -1,0 +1,156 @@
+//! Accepting a job: parse and fingerprint every line, store all of it in one transaction,
+//! or store nothing.
+
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tranche_core::input::{ErrorCollector, InputError, InputOptions, InputParser, Rejected};
+use tranche_core::plan::TrancheLimits;
+use tranche_core::{JobId, ProviderKind};
+use tranche_store::{NewJob, NewRequest};
+
+use crate::reconcile::{Engine, wire_id};
+
+/// A job accepted durably.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Submitted {
+    pub job_id: JobId,
+    pub accepted: u64,
+}
+
+/// Why a job was not accepted. Nothing of it was stored.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    #[error("{0}")]
+    Rejected(#[from] Rejected),
+    #[error("cannot read the input: {0}")]
+    Read(#[source] std::io::Error),
+    #[error(transparent)]
+    Store(#[from] tranche_store::StoreError),
+    #[error("no {0} provider is configured")]
+    ProviderNotConfigured(ProviderKind),
+}
+
+impl Engine {
+    /// Parses `input` line by line and records it as one job. A job with any bad line is
+    /// rejected whole: every bad line is reported (up to a limit) and nothing is stored.
+    pub async fn submit<R: AsyncBufRead + Unpin>(
+        &self,
+        mut input: R,
+        options: InputOptions,
+        source: Option<String>,
+        settings: serde_json::Value,
+    ) -> Result<Submitted, SubmitError> {
+        let provider_kind = options.provider;
+        let provider = self
+            .providers()
+            .get(provider_kind)
+            .ok_or(SubmitError::ProviderNotConfigured(provider_kind))?;
+        let limits = self.config().limits(provider_kind);
+        let job_id = JobId::new();
+        let mut writer = self
+            .store()
+            .begin_job(NewJob {
+                id: job_id,
+                provider: provider_kind,
+                source,
+                settings,
+                created_at: crate::unix_now(),
+            })
+            .await?;
+        let mut parser = InputParser::new(options);
+        let mut errors = ErrorCollector::default();
+        let mut raw = Vec::new();
+        let mut line_buf = Vec::new();
+        loop {
+            raw.clear();
+            let n = input.read_until(b'\n', &mut raw).await.map_err(SubmitError::Read)?;
+            if n == 0 {
+                break;
+            }
+            let text = match std::str::from_utf8(&raw) {
+                Ok(text) => text.strip_suffix('\n').unwrap_or(text),
+                Err(_) => {
+                    // Count the line so that later line numbers stay right.
+                    let _ = parser.next_line("");
+                    errors.push(InputError {
+                        line: parser.lines_read(),
+                        field: None,
+                        reason: "not valid UTF-8".to_owned(),
+                    });
+                    continue;
+                }
+            };
+            let request = match parser.next_line(text) {
+                Ok(Some(request)) => request,
+                Ok(None) => continue,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            if !errors.is_empty() {
+                // The job is rejected already; keep validating, stop storing.
+                continue;
+            }
+            let wire = wire_id(provider_kind, &request.custom_id);
+            line_buf.clear();
+            let body = RawValue::from_string(request.body.clone()).map_err(|e| {
+                SubmitError::Rejected(Rejected {
+                    errors: vec![InputError {
+                        line: request.line,
+                        field: Some("body".to_owned()),
+                        reason: e.to_string(),
+                    }],
+                    total: 1,
+                })
+            })?;
+            provider.write_input_line(&mut line_buf, &wire, request.endpoint, &body);
+            let wire_bytes = line_buf.len() as u64;
+            if let Err(e) = fits(limits, wire_bytes, request.line) {
+                errors.push(e);
+                continue;
+            }
+            writer
+                .add(&NewRequest {
+                    line: request.line,
+                    custom_id: request.custom_id.as_str(),
+                    wire_id: &wire,
+                    endpoint: request.endpoint,
+                    model: &request.model,
+                    body: &request.body,
+                    wire_bytes,
+                    input_hash: &request.input_hash.to_hex(),
+                })
+                .await?;
+        }
+        // Dropping the writer rolls the whole job back.
+        errors.finish()?;
+        if writer.accepted() == 0 {
+            return Err(SubmitError::Rejected(Rejected {
+                errors: vec![InputError {
+                    line: parser.lines_read().max(1),
+                    field: None,
+                    reason: "the input has no requests".to_owned(),
+                }],
+                total: 1,
+            }));
+        }
+        let accepted = writer.commit().await?;
+        Ok(Submitted { job_id, accepted })
+    }
+}
+
+fn fits(limits: TrancheLimits, wire_bytes: u64, line: u64) -> Result<(), InputError> {
+    if wire_bytes > limits.max_bytes {
+        return Err(InputError {
+            line,
+            field: Some("body".to_owned()),
+            reason: format!(
+                "the request is {wire_bytes} bytes once encoded, over the {} byte limit of one batch",
+                limits.max_bytes
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! Plain records the store reads and writes.
+
+use serde::{Deserialize, Serialize};
+use tranche_core::{Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState};
+
+/// A job as first recorded.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub id: JobId,
+    pub provider: ProviderKind,
+    /// Where the input came from (a file name), for display.
+    pub source: Option<String>,
+    /// The job's settings as JSON.
+    pub settings: serde_json::Value,
+    pub created_at: i64,
+}
+
+/// One request as first recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRequest<'a> {
+    pub line: u64,
+    pub custom_id: &'a str,
+    /// The id the provider sees.
+    pub wire_id: &'a str,
+    pub endpoint: Endpoint,
+    pub model: &'a str,
+    pub body: &'a str,
+    /// The size of the request's line in the provider's input.
+    pub wire_bytes: u64,
+    pub input_hash: &'a str,
+}
+
+/// A stored job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub provider: ProviderKind,
+    pub state: JobState,
+    pub source: Option<String>,
+    pub settings: serde_json::Value,
+    pub accepted: u64,
+    /// The upstream error that stopped the job, if one did.
+    pub last_error: Option<serde_json::Value>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+/// How many of a job's requests are in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestCounts {
+    pub accepted: u64,
+    pub pending: u64,
+    pub queued: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+impl RequestCounts {
+    pub(crate) fn add(&mut self, state: RequestState, n: u64) {
+        self.accepted += n;
+        match state {
+            RequestState::Pending => self.pending += n,
+            RequestState::Queued => self.queued += n,
+            RequestState::Succeeded => self.succeeded += n,
+            RequestState::Failed => self.failed += n,
+            RequestState::Cancelled => self.cancelled += n,
+        }
+    }
+
+    /// Requests not yet in a terminal state.
+    pub fn open(&self) -> u64 {
+        self.pending + self.queued
+    }
+}
+
+/// Token totals of a job's finished requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TokenTotals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// A request waiting to be planned: just what the planner needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingItem {
+    pub request_id: i64,
+    pub endpoint: Endpoint,
+    pub model: String,
+    pub wire_bytes: u64,
+}
+
+/// A tranche as first recorded.
+#[derive(Debug, Clone)]
+pub struct NewTranche {
+    pub id: TrancheId,
+    pub provider: ProviderKind,
+    pub endpoint: Endpoint,
+    pub model: String,
+    pub bytes: u64,
+    pub created_at: i64,
+}
+
+/// A stored tranche.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrancheRecord {
+    pub id: TrancheId,
+    pub provider: ProviderKind,
+    pub endpoint: Endpoint,
+    pub model: String,
+    pub state: TrancheState,
+    pub request_count: u64,
+    pub bytes: u64,
+    pub input_file_id: Option<String>,
+    pub batch_id: Option<String>,
+    pub batch_status: Option<String>,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    /// Whole-batch errors the provider reported (JSON array).
+    pub batch_errors: Option<serde_json::Value>,
+    /// The last upstream error met while working on this tranche.
+    pub last_error: Option<serde_json::Value>,
+    /// Do not work on it before this time (backoff).
+    pub not_before: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// One line of a tranche's input.
+#[derive(Debug, Clone)]
+pub struct InputLine {
+    pub wire_id: String,
+    pub endpoint: Endpoint,
+    pub body: String,
+}
+
+/// What a file at a provider is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilePurpose {
+    BatchInput,
+    BatchOutput,
+    BatchError,
+}
+
+impl FilePurpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BatchInput => "batch_input",
+            Self::BatchOutput => "batch_output",
+            Self::BatchError => "batch_error",
+        }
+    }
+}
+
+/// A file tranche uploaded to, or had created at, a provider.
+#[derive(Debug, Clone)]
+pub struct FileRecord {
+    pub provider: ProviderKind,
+    pub file_id: String,
+    pub purpose: FilePurpose,
+    pub tranche_id: TrancheId,
+    pub filename: Option<String>,
+    pub bytes: Option<u64>,
+    pub expires_at: Option<i64>,
+    pub created_at: i64,
+}
+
+/// How many provider files tranche has made and deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct FileCounts {
+    pub uploaded: u64,
+    pub created_by_provider: u64,
+    pub deleted: u64,
+    pub live: u64,
+}
+
+/// How one attempt of a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Succeeded,
+    Errored,
+    Expired,
+    Cancelled,
+    /// The batch ended without a line for the request.
+    Missing,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Errored => "errored",
+            Self::Expired => "expired",
+            Self::Cancelled => "cancelled",
+            Self::Missing => "missing",
+        }
+    }
+}
+
+/// The result of one request within a tranche, as the engine decided it.
+#[derive(Debug, Clone)]
+pub struct ResultUpdate<'a> {
+    /// The request's new state (terminal, or back to pending for a retry).
+    pub state: RequestState,
+    pub outcome: AttemptOutcome,
+    pub status_code: Option<u16>,
+    /// The provider's response body, for successes.
+    pub output: Option<&'a str>,
+    /// The error as JSON, for failures.
+    pub error: Option<&'a str>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub at: i64,
+}
+
+/// One request's outcome, as `tranche results` prints it.
+#[derive(Debug, Clone)]
+pub struct ResultRow {
+    pub custom_id: String,
+    pub state: RequestState,
+    pub output: Option<String>,
+    pub error: Option<String>,
+}

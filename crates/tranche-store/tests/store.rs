@@ -1,0 +1,206 @@
+//! Store behaviour: all-or-nothing jobs, exactly-once claiming, result recording.
+
+use tranche_core::{Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState};
+use tranche_store::*;
+
+async fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("nested/t.db").to_string_lossy()).await.unwrap();
+    (dir, store)
+}
+
+fn new_job() -> NewJob {
+    NewJob {
+        id: JobId::new(),
+        provider: ProviderKind::Openai,
+        source: Some("input.jsonl".into()),
+        settings: serde_json::json!({"task": "t"}),
+        created_at: 100,
+    }
+}
+
+async fn add_job(store: &Store, n: u64, model: &str) -> JobId {
+    let job = new_job();
+    let id = job.id;
+    let mut writer = store.begin_job(job).await.unwrap();
+    for i in 0..n {
+        let custom_id = format!("k{i}:t:v1");
+        writer
+            .add(&NewRequest {
+                line: i + 1,
+                custom_id: &custom_id,
+                wire_id: &custom_id,
+                endpoint: Endpoint::ChatCompletions,
+                model,
+                body: r#"{"model":"m"}"#,
+                wire_bytes: 10,
+                input_hash: "00",
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(writer.commit().await.unwrap(), n);
+    id
+}
+
+#[tokio::test]
+async fn a_dropped_job_writer_stores_nothing() {
+    let (_dir, store) = store().await;
+    let job = new_job();
+    let id = job.id;
+    let mut writer = store.begin_job(job).await.unwrap();
+    writer
+        .add(&NewRequest {
+            line: 1,
+            custom_id: "a:t:v",
+            wire_id: "a:t:v",
+            endpoint: Endpoint::ChatCompletions,
+            model: "m",
+            body: "{}",
+            wire_bytes: 2,
+            input_hash: "00",
+        })
+        .await
+        .unwrap();
+    drop(writer);
+    assert!(store.job(id).await.unwrap().is_none());
+    assert!(store.recent_jobs(10).await.unwrap().is_empty());
+    assert!(store.pending_items(ProviderKind::Openai).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_committed_job_is_pending_with_its_counts() {
+    let (_dir, store) = store().await;
+    let id = add_job(&store, 3, "m").await;
+    let job = store.job(id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Pending);
+    assert_eq!(job.accepted, 3);
+    assert_eq!(job.settings["task"], "t");
+    let counts = store.job_counts(id).await.unwrap();
+    assert_eq!(counts, RequestCounts { accepted: 3, pending: 3, ..Default::default() });
+}
+
+#[tokio::test]
+async fn requests_are_claimed_into_one_tranche_only() {
+    let (_dir, store) = store().await;
+    let id = add_job(&store, 4, "m").await;
+    let items = store.pending_items(ProviderKind::Openai).await.unwrap();
+    let ids: Vec<i64> = items.iter().map(|i| i.request_id).collect();
+    let first = NewTranche {
+        id: TrancheId::new(),
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 40,
+        created_at: 101,
+    };
+    assert_eq!(store.create_tranche(&first, &ids).await.unwrap(), 4);
+    let second = NewTranche { id: TrancheId::new(), ..first.clone() };
+    assert_eq!(store.create_tranche(&second, &ids).await.unwrap(), 0);
+    assert_eq!(store.tranche(second.id).await.unwrap().unwrap().request_count, 0);
+    assert_eq!(store.tranche(first.id).await.unwrap().unwrap().request_count, 4);
+    assert_eq!(store.job(id).await.unwrap().unwrap().state, JobState::Running);
+    assert!(store.pending_items(ProviderKind::Openai).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn results_are_recorded_once_and_the_rest_in_bulk() {
+    let (_dir, store) = store().await;
+    let job = add_job(&store, 3, "m").await;
+    let ids: Vec<i64> =
+        store.pending_items(ProviderKind::Openai).await.unwrap().iter().map(|i| i.request_id).collect();
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 30,
+        created_at: 1,
+    };
+    store.create_tranche(&tranche, &ids).await.unwrap();
+    let ok = ResultUpdate {
+        state: RequestState::Succeeded,
+        outcome: AttemptOutcome::Succeeded,
+        status_code: Some(200),
+        output: Some(r#"{"ok":true}"#),
+        error: None,
+        input_tokens: Some(5),
+        output_tokens: Some(7),
+        at: 2,
+    };
+    let mut writer = store.begin_ingest(tranche.id).await.unwrap();
+    assert!(writer.record("k0:t:v1", &ok).await.unwrap());
+    assert!(!writer.record("k0:t:v1", &ok).await.unwrap(), "a second result for one request is refused");
+    assert!(!writer.record("nope", &ok).await.unwrap());
+    let failed = ResultUpdate {
+        state: RequestState::Failed,
+        outcome: AttemptOutcome::Missing,
+        status_code: None,
+        output: None,
+        error: Some(r#"{"code":"missing_result"}"#),
+        input_tokens: None,
+        output_tokens: None,
+        at: 2,
+    };
+    assert_eq!(writer.record_rest(&failed).await.unwrap(), 2);
+    writer.commit(TrancheState::Cleaning, 2).await.unwrap();
+
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.succeeded, counts.failed, counts.open()), (1, 2, 0));
+    assert_eq!(store.job_tokens(job).await.unwrap(), TokenTotals { input_tokens: 5, output_tokens: 7 });
+    assert_eq!(store.tranche(tranche.id).await.unwrap().unwrap().state, TrancheState::Cleaning);
+    use futures::TryStreamExt;
+    let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    assert_eq!(rows.iter().map(|r| r.custom_id.as_str()).collect::<Vec<_>>(), ["k0:t:v1", "k1:t:v1", "k2:t:v1"]);
+    assert_eq!(rows[0].output.as_deref(), Some(r#"{"ok":true}"#));
+    assert_eq!(rows[1].state, RequestState::Failed);
+}
+
+#[tokio::test]
+async fn provider_files_are_tracked_until_deleted() {
+    let (_dir, store) = store().await;
+    let job = add_job(&store, 1, "m").await;
+    let ids: Vec<i64> =
+        store.pending_items(ProviderKind::Openai).await.unwrap().iter().map(|i| i.request_id).collect();
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 10,
+        created_at: 1,
+    };
+    store.create_tranche(&tranche, &ids).await.unwrap();
+    for (file, purpose) in [("file-in", FilePurpose::BatchInput), ("file-out", FilePurpose::BatchOutput)] {
+        let record = FileRecord {
+            provider: ProviderKind::Openai,
+            file_id: file.into(),
+            purpose,
+            tranche_id: tranche.id,
+            filename: None,
+            bytes: Some(10),
+            expires_at: None,
+            created_at: 1,
+        };
+        store.record_file(&record).await.unwrap();
+        store.record_file(&record).await.unwrap();
+    }
+    assert_eq!(store.live_files(tranche.id).await.unwrap(), ["file-in", "file-out"]);
+    store.mark_file_deleted(ProviderKind::Openai, "file-in", 5).await.unwrap();
+    assert_eq!(store.live_files(tranche.id).await.unwrap(), ["file-out"]);
+    assert_eq!(
+        store.job_file_counts(job).await.unwrap(),
+        FileCounts { uploaded: 1, created_by_provider: 1, deleted: 1, live: 1 }
+    );
+}
+
+#[tokio::test]
+async fn reopening_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db").to_string_lossy().into_owned();
+    let store = Store::open(&path).await.unwrap();
+    let id = add_job(&store, 2, "m").await;
+    store.close().await;
+    let store = Store::open(&format!("sqlite://{path}")).await.unwrap();
+    assert_eq!(store.job(id).await.unwrap().unwrap().accepted, 2);
+}

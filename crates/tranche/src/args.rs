@@ -1,0 +1,200 @@
+//! Command-line arguments.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use tranche_core::{Endpoint, ProviderKind};
+
+/// tranche: a durable pipeline for LLM batch APIs.
+#[derive(Debug, Parser)]
+#[command(name = "tranche", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Where tranche keeps its state: the database (unless --db says otherwise) and raw results.
+    #[arg(long, global = true, env = "TRANCHE_DATA_DIR", default_value = ".tranche")]
+    pub data_dir: PathBuf,
+    /// The database: a SQLite file path or `sqlite:` URL [default: <data-dir>/tranche.db].
+    #[arg(long, global = true, env = "TRANCHE_DATABASE_URL")]
+    pub db: Option<String>,
+    /// More log output on stderr (-v: info, -vv: debug). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a sample job end to end against a built-in simulator (no API key, no network).
+    Demo(DemoArgs),
+    /// Submit a file and work on it until the job ends.
+    Run(RunArgs),
+    /// Accept a file as a job and print its id; a worker does the rest.
+    Submit(SubmitArgs),
+    /// Work on every job until stopped (ctrl-c / SIGTERM).
+    Worker(WorkerArgs),
+    /// Show a job (or the latest jobs).
+    Status(StatusArgs),
+    /// Write a job's results as JSONL.
+    Results(ResultsArgs),
+    /// Serve the provider simulator on localhost.
+    Sim(SimArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How many requests the sample job has.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: usize,
+    /// Simulator speed: virtual seconds per wall second.
+    #[arg(long, default_value_t = 10.0)]
+    pub speed: f64,
+    /// Share of requests the simulator answers with a fatal per-line error.
+    #[arg(long, default_value_t = 0.005)]
+    pub fault_rate: f64,
+}
+
+/// How input lines become requests.
+#[derive(Debug, Clone, Args)]
+pub struct InputArgs {
+    /// Which provider's batch API to use.
+    #[arg(long, default_value = "openai", value_parser = parse_provider)]
+    pub provider: ProviderKind,
+    /// Task name for tranche lines (`{"key", "body"}`); part of each custom_id.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Version for tranche lines; part of each custom_id.
+    #[arg(long = "version", id = "task_version", default_value = "v1")]
+    pub task_version: String,
+    /// Endpoint for tranche lines.
+    #[arg(long, default_value = "/v1/chat/completions", value_parser = parse_endpoint)]
+    pub endpoint: Endpoint,
+    /// Model for lines whose body has none.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Prefix custom_ids of tranche lines with `TENANT::`.
+    #[arg(long)]
+    pub tenant: Option<String>,
+}
+
+/// Where the provider is and how to reach it.
+#[derive(Debug, Clone, Args)]
+pub struct ProviderArgs {
+    /// The OpenAI API base URL [env: OPENAI_BASE_URL; default: https://api.openai.com/v1].
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Seconds an uploaded input file lives at the provider before it expires.
+    #[arg(long)]
+    pub file_expires_after: Option<u64>,
+}
+
+/// How the engine works.
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    /// Seconds between two polls of a running batch (decimals allowed).
+    #[arg(long, default_value_t = 30.0)]
+    pub poll_interval: f64,
+    /// At most this many requests per provider batch (the provider's own limit is the ceiling).
+    #[arg(long)]
+    pub max_batch_requests: Option<usize>,
+    /// At most this many bytes of input per provider batch.
+    #[arg(long)]
+    pub max_batch_bytes: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The input file (JSONL): tranche lines or OpenAI batch lines.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Also write the results to this file (JSONL).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the final status as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The input file (JSONL): tranche lines or OpenAI batch lines.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    /// Print `{"job_id": ...}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Exit once no job has work left.
+    #[arg(long)]
+    pub until_idle: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The job; without it, the latest jobs.
+    pub job: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResultsArgs {
+    /// The job.
+    pub job: String,
+    /// Write to this file instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// The port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Virtual seconds per wall second.
+    #[arg(long)]
+    pub speed: Option<f64>,
+    /// A JSON file with the simulator's configuration.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+fn parse_provider(s: &str) -> Result<ProviderKind, String> {
+    let provider: ProviderKind = s.parse().map_err(|e: tranche_core::provider::UnknownProvider| e.to_string())?;
+    if provider != ProviderKind::Openai {
+        return Err(format!("the {provider} adapter is not available yet; use openai"));
+    }
+    Ok(provider)
+}
+
+fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
+    s.parse().map_err(|_| {
+        let known: Vec<_> = Endpoint::ALL.iter().map(|e| e.as_str()).collect();
+        format!("unknown endpoint `{s}` (expected one of {})", known.join(", "))
+    })
+}

@@ -1,0 +1,78 @@
+//! `tranche demo`: a sample job's whole life against an in-process simulator.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use secrecy::SecretString;
+use tranche_engine::{Engine, EngineConfig, Providers};
+use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
+use tranche_sim::{LineFault, LineFaultKind, ProcessingConfig, SimConfig, Simulator};
+use tranche_store::Store;
+
+use crate::args::{DemoArgs, Global, InputArgs};
+use crate::commands::run::{drive_job, submit_file, write_results_file};
+use crate::demo_data::sample_lines;
+use crate::exit::{CmdResult, Exit};
+use crate::render;
+
+pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
+    let started = Instant::now();
+    let dir = global.data_dir.join("demo");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear `{}`", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+
+    let sim = Simulator::spawn(SimConfig {
+        speed: args.speed,
+        processing: ProcessingConfig { requests_per_second: 20.0, ..ProcessingConfig::default() },
+        line_faults: vec![LineFault {
+            provider: "any".to_owned(),
+            kind: LineFaultKind::Fatal,
+            rate: args.fault_rate.clamp(0.0, 1.0),
+        }],
+        ..SimConfig::default()
+    })
+    .await
+    .context("starting the simulator")?;
+    render::println(&format!("simulated OpenAI Batch API at {}", sim.openai_base_url()));
+
+    let mut openai = OpenAiConfig::new(SecretString::from("sk-demo-key"));
+    openai.base_url = sim.openai_base_url();
+    let provider = OpenAiProvider::new(openai, http_client().context("building the HTTP client")?)
+        .context("configuring the provider")?;
+    let store = Store::open(&dir.join("tranche.db").to_string_lossy()).await?;
+    let config = EngineConfig { poll_interval: Duration::from_millis(250), retry_backoff: Duration::from_millis(500), ..EngineConfig::in_dir(&dir) };
+    let engine = Engine::new(store, Providers::new().with(Arc::new(provider)), config);
+
+    let input = dir.join("input.jsonl");
+    std::fs::write(&input, sample_lines(args.requests)).with_context(|| format!("cannot write `{}`", input.display()))?;
+    let input_args = InputArgs {
+        provider: tranche_core::ProviderKind::Openai,
+        task: Some("triage".to_owned()),
+        task_version: "v1".to_owned(),
+        endpoint: tranche_core::Endpoint::ChatCompletions,
+        model: None,
+        tenant: None,
+    };
+    let submitted = submit_file(&engine, &input, &input_args).await?;
+    render::println(&format!("job {} accepted: {} requests from {}", submitted.job_id, submitted.accepted, input.display()));
+
+    let job = drive_job(&engine, submitted).await?;
+    let results = dir.join("results.jsonl");
+    write_results_file(engine.store(), &job, &results).await?;
+    let table = render::summary_table(engine.store(), &job, started.elapsed()).await?;
+    render::println(&table.to_string());
+    let stats = sim.stats();
+    render::println(&format!(
+        "simulator: {} batches created, {} requests billed, {} files still at the provider",
+        stats.batches_created, stats.requests_billed, stats.files_live
+    ));
+    render::println(&format!("results: {}", results.display()));
+    render::println(&format!("state:   {}", dir.display()));
+    engine.store().close().await;
+    sim.shutdown().await;
+    if job.state.is_terminal() { Ok(ExitCode::SUCCESS) } else { Err(Exit::from(anyhow::anyhow!("the demo job did not finish"))) }
+}

@@ -1,0 +1,8 @@
+//! One module per subcommand.
+
+pub mod demo;
+pub mod results;
+pub mod run;
+pub mod sim;
+pub mod status;
+pub mod worker;

@@ -1,0 +1,47 @@
+//! `tranche worker`: work on every stored job until stopped.
+
+use std::process::ExitCode;
+
+use tokio_util::sync::CancellationToken;
+use tranche_engine::Until;
+
+use crate::args::{Global, WorkerArgs};
+use crate::context;
+use crate::exit::CmdResult;
+
+pub async fn run(global: &Global, args: WorkerArgs) -> CmdResult {
+    let engine = context::engine(global, &args.provider, &args.engine).await?;
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("stopping after the current step");
+        on_signal.cancel();
+    });
+    let until = if args.until_idle { Until::Idle } else { Until::Cancelled };
+    engine.drive(until, &cancel, || {}).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// ctrl-c, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
