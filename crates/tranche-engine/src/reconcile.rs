@@ -17,8 +17,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
 use tranche_core::plan::{GroupKey, PlanItem, Planner, TrancheLimits};
-use tranche_core::{CustomId, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState};
+use tranche_core::{
+    CustomId, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
+};
 use tranche_providers::{
     BatchId, BatchStatus, CreateBatch, FileId, LineError, LineOutcome, Provider, UpstreamError,
 };
@@ -26,7 +29,6 @@ use tranche_store::{
     AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store, TrancheRecord,
     TrancheUpdate,
 };
-use tracing::{debug, info, warn};
 
 use crate::error::EngineError;
 use crate::unix_now;
@@ -119,8 +121,10 @@ fn line_error_json(e: &LineError) -> String {
     serde_json::to_string(e).unwrap_or_else(|_| e.message.clone())
 }
 
+/// Whole seconds, rounded down: a sub-second interval makes the tranche due at once, and
+/// [`Engine::drive`]'s own sleep paces it.
 fn secs(d: Duration) -> i64 {
-    i64::try_from(d.as_secs()).unwrap_or(i64::MAX).max(1)
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
 #[derive(Deserialize)]
@@ -261,8 +265,12 @@ impl Engine {
         let provider = Arc::clone(self.provider(tranche.provider)?);
         let id = tranche.id;
         let result = match tranche.state {
-            TrancheState::Planned | TrancheState::Uploading => self.upload(&*provider, &tranche).await,
-            TrancheState::Uploaded | TrancheState::Creating => self.create(&*provider, &tranche).await,
+            TrancheState::Planned | TrancheState::Uploading => {
+                self.upload(&*provider, &tranche).await
+            }
+            TrancheState::Uploaded | TrancheState::Creating => {
+                self.create(&*provider, &tranche).await
+            }
             TrancheState::Submitted => self.poll(&*provider, &tranche).await,
             TrancheState::Collecting => self.collect(&*provider, &tranche).await,
             TrancheState::Ingesting => return self.ingest(&*provider, &tranche).await,
@@ -277,11 +285,16 @@ impl Engine {
         .inspect_err(|e| warn!(tranche = %id, error = %e, "tranche step failed"))
     }
 
-    async fn upstream_failed(&self, tranche: &TrancheRecord, e: &UpstreamError) -> Result<(), EngineError> {
+    async fn upstream_failed(
+        &self,
+        tranche: &TrancheRecord,
+        e: &UpstreamError,
+    ) -> Result<(), EngineError> {
         let now = unix_now();
         let error = upstream_json(e);
         if e.retryable() {
-            let wait = e.retry_after.unwrap_or(self.config.retry_backoff).max(self.config.retry_backoff);
+            let wait =
+                e.retry_after.unwrap_or(self.config.retry_backoff).max(self.config.retry_backoff);
             warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "retryable upstream failure");
             let mut update = TrancheUpdate::to(tranche.state, now);
             update.last_error = Some(error);
@@ -325,9 +338,15 @@ impl Engine {
         Ok(())
     }
 
-    async fn upload(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+    async fn upload(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<(), StepError> {
         let now = unix_now();
-        self.store.update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Uploading, now)).await?;
+        self.store
+            .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Uploading, now))
+            .await?;
         let path = self.config.outbox_dir.join(format!("tranche-{}.jsonl", tranche.id));
         self.write_input(provider, tranche.id, &path).await?;
         let uploaded = provider.upload_batch_file(tranche.id, &path).await?;
@@ -354,11 +373,17 @@ impl Engine {
         Ok(())
     }
 
-    async fn write_input(&self, provider: &dyn Provider, tranche: TrancheId, path: &Path) -> Result<(), EngineError> {
+    async fn write_input(
+        &self,
+        provider: &dyn Provider,
+        tranche: TrancheId,
+        path: &Path,
+    ) -> Result<(), EngineError> {
         tokio::fs::create_dir_all(&self.config.outbox_dir)
             .await
             .map_err(EngineError::io("creating the outbox", &self.config.outbox_dir))?;
-        let file = tokio::fs::File::create(path).await.map_err(EngineError::io("creating", path))?;
+        let file =
+            tokio::fs::File::create(path).await.map_err(EngineError::io("creating", path))?;
         let mut out = BufWriter::new(file);
         let mut lines = self.store.tranche_input(tranche);
         let mut buf = Vec::new();
@@ -375,16 +400,26 @@ impl Engine {
         Ok(())
     }
 
-    async fn create(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+    async fn create(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<(), StepError> {
         let Some(input) = tranche.input_file_id.as_deref() else {
             // An upload that was never recorded: upload again.
             return self.upload(provider, tranche).await;
         };
         let now = unix_now();
-        self.store.update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Creating, now)).await?;
+        self.store
+            .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Creating, now))
+            .await?;
         let input = FileId::new(input);
         let batch = provider
-            .create_batch(CreateBatch { tranche_id: tranche.id, input_file_id: &input, endpoint: tranche.endpoint })
+            .create_batch(CreateBatch {
+                tranche_id: tranche.id,
+                input_file_id: &input,
+                endpoint: tranche.endpoint,
+            })
             .await?;
         let now = unix_now();
         let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
@@ -396,7 +431,11 @@ impl Engine {
         Ok(())
     }
 
-    async fn poll(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+    async fn poll(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<(), StepError> {
         let Some(batch_id) = tranche.batch_id.as_deref() else {
             return Err(StepError::Engine(EngineError::Store(tranche_store::StoreError::Corrupt(
                 format!("tranche {} is submitted but has no batch id", tranche.id),
@@ -447,10 +486,16 @@ impl Engine {
         self.config.raw_dir.join(tranche.to_string()).join(name)
     }
 
-    async fn collect(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+    async fn collect(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<(), StepError> {
         let dir = self.config.raw_dir.join(tranche.id.to_string());
         tokio::fs::create_dir_all(&dir).await.map_err(EngineError::io("creating", &dir))?;
-        for (file, name) in [(&tranche.output_file_id, "output.jsonl"), (&tranche.error_file_id, "errors.jsonl")] {
+        for (file, name) in
+            [(&tranche.output_file_id, "output.jsonl"), (&tranche.error_file_id, "errors.jsonl")]
+        {
             let Some(file) = file else { continue };
             let dest = self.raw_path(tranche.id, name);
             if tokio::fs::try_exists(&dest).await.unwrap_or(false) {
@@ -460,7 +505,9 @@ impl Engine {
             // file that looks whole.
             let partial = dest.with_extension("jsonl.partial");
             let bytes = provider.download_file(&FileId::new(file.as_str()), &partial).await?;
-            tokio::fs::rename(&partial, &dest).await.map_err(EngineError::io("renaming", &partial))?;
+            tokio::fs::rename(&partial, &dest)
+                .await
+                .map_err(EngineError::io("renaming", &partial))?;
             info!(tranche = %tranche.id, file = %file, bytes, "stored raw results");
         }
         self.store
@@ -469,7 +516,11 @@ impl Engine {
         Ok(())
     }
 
-    async fn ingest(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), EngineError> {
+    async fn ingest(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<(), EngineError> {
         let now = unix_now();
         let mut writer = self.store.begin_ingest(tranche.id).await?;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
@@ -481,7 +532,9 @@ impl Engine {
                 Err(e) => return Err(EngineError::io("opening", &path)(e)),
             };
             let mut lines = BufReader::new(file).lines();
-            while let Some(line) = lines.next_line().await.map_err(EngineError::io("reading", &path))? {
+            while let Some(line) =
+                lines.next_line().await.map_err(EngineError::io("reading", &path))?
+            {
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -564,7 +617,10 @@ impl Engine {
     }
 
     /// What becomes of requests the batch's files did not mention.
-    fn rest_outcome(&self, tranche: &TrancheRecord) -> (RequestState, serde_json::Value, AttemptOutcome) {
+    fn rest_outcome(
+        &self,
+        tranche: &TrancheRecord,
+    ) -> (RequestState, serde_json::Value, AttemptOutcome) {
         let status = tranche.batch_status.as_deref().and_then(|s| {
             serde_json::from_value::<BatchStatus>(serde_json::Value::String(s.to_owned())).ok()
         });
@@ -625,13 +681,19 @@ impl Engine {
         }
     }
 
-    async fn clean(&self, provider: &dyn Provider, tranche: &TrancheRecord) -> Result<(), StepError> {
+    async fn clean(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<(), StepError> {
         for file in self.store.live_files(tranche.id).await? {
             provider.delete_file(&FileId::new(file.as_str())).await?;
             self.store.mark_file_deleted(tranche.provider, &file, unix_now()).await?;
             debug!(tranche = %tranche.id, file = %file, "deleted provider file");
         }
-        self.store.update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Done, unix_now())).await?;
+        self.store
+            .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Done, unix_now()))
+            .await?;
         info!(tranche = %tranche.id, "tranche done");
         Ok(())
     }

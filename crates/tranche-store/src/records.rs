@@ -1,7 +1,9 @@
 //! Plain records the store reads and writes.
 
 use serde::{Deserialize, Serialize};
-use tranche_core::{Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState};
+use tranche_core::{
+    Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
+};
 
 /// A job as first recorded.
 #[derive(Debug, Clone)]

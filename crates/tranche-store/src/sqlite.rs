@@ -11,7 +11,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, SqlSafeStr, Transaction};
+use sqlx::{Row, SqlSafeStr, Sqlite, Transaction};
 use tranche_core::{Endpoint, JobId, JobState, ProviderKind, TrancheId, TrancheState};
 
 use crate::error::{StoreError, StoreResult};
@@ -62,13 +62,13 @@ impl Store {
             .or_else(|| location.strip_prefix("sqlite:"))
             .unwrap_or(location);
         let in_memory = path == ":memory:" || path.is_empty();
-        if !in_memory {
-            if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
-                    location: location.to_owned(),
-                    source,
-                })?;
-            }
+        if let Some(parent) =
+            Path::new(path).parent().filter(|p| !in_memory && !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+                location: location.to_owned(),
+                source,
+            })?;
         }
         let options = if in_memory {
             SqliteConnectOptions::from_str("sqlite::memory:")
@@ -178,10 +178,11 @@ impl Store {
     }
 
     pub async fn job_counts(&self, id: JobId) -> StoreResult<RequestCounts> {
-        let rows = sqlx::query("SELECT state, COUNT(*) FROM requests WHERE job_id = ? GROUP BY state")
-            .bind(id.to_string())
-            .fetch_all(&self.pool)
-            .await?;
+        let rows =
+            sqlx::query("SELECT state, COUNT(*) FROM requests WHERE job_id = ? GROUP BY state")
+                .bind(id.to_string())
+                .fetch_all(&self.pool)
+                .await?;
         let mut counts = RequestCounts::default();
         for row in rows {
             let state: String = row.try_get(0)?;
@@ -271,7 +272,11 @@ impl Store {
 
     /// Records a tranche and claims its requests, in one transaction. Requests no longer
     /// pending are not claimed; the tranche's count is what was claimed. Returns that count.
-    pub async fn create_tranche(&self, tranche: &NewTranche, request_ids: &[i64]) -> StoreResult<u64> {
+    pub async fn create_tranche(
+        &self,
+        tranche: &NewTranche,
+        request_ids: &[i64],
+    ) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await?;
         let id = tranche.id.to_string();
         sqlx::query(
@@ -332,9 +337,11 @@ impl Store {
 
     /// The earliest time any unfinished tranche is due, if there is one.
     pub async fn next_due(&self) -> StoreResult<Option<i64>> {
-        let row = sqlx::query("SELECT MIN(not_before) FROM tranches WHERE state NOT IN ('done', 'failed')")
-            .fetch_one(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT MIN(not_before) FROM tranches WHERE state NOT IN ('done', 'failed')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
         Ok(row.try_get(0)?)
     }
 
@@ -410,10 +417,12 @@ impl Store {
 
     /// The jobs with requests in a tranche.
     pub async fn jobs_of_tranche(&self, tranche: TrancheId) -> StoreResult<Vec<JobId>> {
-        let rows = sqlx::query("SELECT DISTINCT job_id FROM requests WHERE tranche_id = ? ORDER BY job_id")
-            .bind(tranche.to_string())
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT DISTINCT job_id FROM requests WHERE tranche_id = ? ORDER BY job_id",
+        )
+        .bind(tranche.to_string())
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|row| {
                 let id: String = row.try_get(0)?;
@@ -445,7 +454,12 @@ impl Store {
         Ok(())
     }
 
-    pub async fn mark_file_deleted(&self, provider: ProviderKind, file_id: &str, at: i64) -> StoreResult<()> {
+    pub async fn mark_file_deleted(
+        &self,
+        provider: ProviderKind,
+        file_id: &str,
+        at: i64,
+    ) -> StoreResult<()> {
         sqlx::query(
             "UPDATE provider_files SET deleted_at = COALESCE(deleted_at, ?) WHERE provider = ? AND file_id = ?",
         )
@@ -635,7 +649,11 @@ impl IngestWriter {
         Ok(rows.len() as u64)
     }
 
-    async fn insert_attempt(&mut self, row: &SqliteRow, update: &ResultUpdate<'_>) -> StoreResult<()> {
+    async fn insert_attempt(
+        &mut self,
+        row: &SqliteRow,
+        update: &ResultUpdate<'_>,
+    ) -> StoreResult<()> {
         let request_id: i64 = row.try_get(0)?;
         let attempt: i64 = row.try_get(1)?;
         sqlx::query(

@@ -1,6 +1,10 @@
 //! Store behaviour: all-or-nothing jobs, exactly-once claiming, result recording.
 
-use tranche_core::{Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState};
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use tranche_core::{
+    Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
+};
 use tranche_store::*;
 
 async fn store() -> (tempfile::TempDir, Store) {
@@ -107,8 +111,13 @@ async fn requests_are_claimed_into_one_tranche_only() {
 async fn results_are_recorded_once_and_the_rest_in_bulk() {
     let (_dir, store) = store().await;
     let job = add_job(&store, 3, "m").await;
-    let ids: Vec<i64> =
-        store.pending_items(ProviderKind::Openai).await.unwrap().iter().map(|i| i.request_id).collect();
+    let ids: Vec<i64> = store
+        .pending_items(ProviderKind::Openai)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.request_id)
+        .collect();
     let tranche = NewTranche {
         id: TrancheId::new(),
         provider: ProviderKind::Openai,
@@ -130,7 +139,10 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
     };
     let mut writer = store.begin_ingest(tranche.id).await.unwrap();
     assert!(writer.record("k0:t:v1", &ok).await.unwrap());
-    assert!(!writer.record("k0:t:v1", &ok).await.unwrap(), "a second result for one request is refused");
+    assert!(
+        !writer.record("k0:t:v1", &ok).await.unwrap(),
+        "a second result for one request is refused"
+    );
     assert!(!writer.record("nope", &ok).await.unwrap());
     let failed = ResultUpdate {
         state: RequestState::Failed,
@@ -147,11 +159,17 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
 
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.succeeded, counts.failed, counts.open()), (1, 2, 0));
-    assert_eq!(store.job_tokens(job).await.unwrap(), TokenTotals { input_tokens: 5, output_tokens: 7 });
+    assert_eq!(
+        store.job_tokens(job).await.unwrap(),
+        TokenTotals { input_tokens: 5, output_tokens: 7 }
+    );
     assert_eq!(store.tranche(tranche.id).await.unwrap().unwrap().state, TrancheState::Cleaning);
     use futures::TryStreamExt;
     let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
-    assert_eq!(rows.iter().map(|r| r.custom_id.as_str()).collect::<Vec<_>>(), ["k0:t:v1", "k1:t:v1", "k2:t:v1"]);
+    assert_eq!(
+        rows.iter().map(|r| r.custom_id.as_str()).collect::<Vec<_>>(),
+        ["k0:t:v1", "k1:t:v1", "k2:t:v1"]
+    );
     assert_eq!(rows[0].output.as_deref(), Some(r#"{"ok":true}"#));
     assert_eq!(rows[1].state, RequestState::Failed);
 }
@@ -160,8 +178,13 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
 async fn provider_files_are_tracked_until_deleted() {
     let (_dir, store) = store().await;
     let job = add_job(&store, 1, "m").await;
-    let ids: Vec<i64> =
-        store.pending_items(ProviderKind::Openai).await.unwrap().iter().map(|i| i.request_id).collect();
+    let ids: Vec<i64> = store
+        .pending_items(ProviderKind::Openai)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.request_id)
+        .collect();
     let tranche = NewTranche {
         id: TrancheId::new(),
         provider: ProviderKind::Openai,
@@ -171,7 +194,9 @@ async fn provider_files_are_tracked_until_deleted() {
         created_at: 1,
     };
     store.create_tranche(&tranche, &ids).await.unwrap();
-    for (file, purpose) in [("file-in", FilePurpose::BatchInput), ("file-out", FilePurpose::BatchOutput)] {
+    for (file, purpose) in
+        [("file-in", FilePurpose::BatchInput), ("file-out", FilePurpose::BatchOutput)]
+    {
         let record = FileRecord {
             provider: ProviderKind::Openai,
             file_id: file.into(),

@@ -185,7 +185,8 @@ pub struct SimArgs {
 }
 
 fn parse_provider(s: &str) -> Result<ProviderKind, String> {
-    let provider: ProviderKind = s.parse().map_err(|e: tranche_core::provider::UnknownProvider| e.to_string())?;
+    let provider: ProviderKind =
+        s.parse().map_err(|e: tranche_core::provider::UnknownProvider| e.to_string())?;
     if provider != ProviderKind::Openai {
         return Err(format!("the {provider} adapter is not available yet; use openai"));
     }

@@ -21,12 +21,16 @@ pub fn init_tracing(verbose: u8) {
         _ => "debug,sqlx=warn,hyper=info,reqwest=info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 /// The database location: `--db`, else `<data-dir>/tranche.db`.
 pub fn db_location(global: &Global) -> String {
-    global.db.clone().unwrap_or_else(|| global.data_dir.join("tranche.db").to_string_lossy().into_owned())
+    global
+        .db
+        .clone()
+        .unwrap_or_else(|| global.data_dir.join("tranche.db").to_string_lossy().into_owned())
 }
 
 pub async fn open_store(global: &Global) -> Result<Store, Exit> {
@@ -35,10 +39,10 @@ pub async fn open_store(global: &Global) -> Result<Store, Exit> {
 }
 
 pub fn engine_config(data_dir: &Path, args: &EngineArgs) -> Result<EngineConfig, Exit> {
-    let poll = Duration::try_from_secs_f64(args.poll_interval)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| Exit::usage(anyhow::anyhow!("--poll-interval must be a positive number of seconds")))?;
+    let poll =
+        Duration::try_from_secs_f64(args.poll_interval).ok().filter(|d| !d.is_zero()).ok_or_else(
+            || Exit::usage(anyhow::anyhow!("--poll-interval must be a positive number of seconds")),
+        )?;
     Ok(EngineConfig {
         poll_interval: poll,
         retry_backoff: poll.min(Duration::from_secs(5)),
@@ -50,17 +54,23 @@ pub fn engine_config(data_dir: &Path, args: &EngineArgs) -> Result<EngineConfig,
 
 /// The OpenAI adapter from `OPENAI_API_KEY`, `OPENAI_BASE_URL` and the flags.
 pub fn openai(args: &ProviderArgs) -> Result<Arc<OpenAiProvider>, Exit> {
-    let mut config = OpenAiConfig::from_env(args.base_url.clone())
-        .map_err(|e| Exit::usage(anyhow::Error::from(e).context("configuring the openai provider")))?;
+    let mut config = OpenAiConfig::from_env(args.base_url.clone()).map_err(|e| {
+        Exit::usage(anyhow::Error::from(e).context("configuring the openai provider"))
+    })?;
     if let Some(seconds) = args.file_expires_after {
         config.file_expires_after = Some(seconds);
     }
     let http = http_client().context("building the HTTP client").map_err(Exit::from)?;
-    let provider = OpenAiProvider::new(config, http).map_err(|e| Exit::usage(anyhow::Error::from(e)))?;
+    let provider =
+        OpenAiProvider::new(config, http).map_err(|e| Exit::usage(anyhow::Error::from(e)))?;
     Ok(Arc::new(provider))
 }
 
-pub async fn engine(global: &Global, provider: &ProviderArgs, args: &EngineArgs) -> Result<Engine, Exit> {
+pub async fn engine(
+    global: &Global,
+    provider: &ProviderArgs,
+    args: &EngineArgs,
+) -> Result<Engine, Exit> {
     let store = open_store(global).await?;
     let providers = Providers::new().with(openai(provider)?);
     Ok(Engine::new(store, providers, engine_config(&global.data_dir, args)?))

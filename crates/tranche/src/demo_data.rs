@@ -79,7 +79,8 @@ mod tests {
 
     #[test]
     fn sample_parses_into_two_models() {
-        let options = InputOptions { task: Some("triage".into()), ..InputOptions::new(ProviderKind::Openai) };
+        let options =
+            InputOptions { task: Some("triage".into()), ..InputOptions::new(ProviderKind::Openai) };
         let requests = parse_str(&sample_lines(100), options).unwrap();
         assert_eq!(requests.len(), 100);
         let mini = requests.iter().filter(|r| r.model == "gpt-4o-mini").count();

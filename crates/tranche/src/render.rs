@@ -70,7 +70,9 @@ pub async fn write_results(store: &Store, job: JobId, out: &mut impl Write) -> a
     let mut rows = store.job_results(job);
     let mut n = 0;
     while let Some(row) = rows.try_next().await? {
-        let key = CustomId::parse(&row.custom_id).map(|id| id.key().to_owned()).unwrap_or_else(|_| row.custom_id.clone());
+        let key = CustomId::parse(&row.custom_id)
+            .map(|id| id.key().to_owned())
+            .unwrap_or_else(|_| row.custom_id.clone());
         let line = ResultLine {
             custom_id: &row.custom_id,
             key: &key,
@@ -96,8 +98,10 @@ impl JobProgress {
     pub fn new(total: u64) -> Self {
         let bar = ProgressBar::new(total);
         bar.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} requests  {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} requests  {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.enable_steady_tick(Duration::from_millis(120));
         Self { bar }
@@ -107,7 +111,8 @@ impl JobProgress {
         let Ok(counts) = store.job_counts(job).await else { return };
         self.bar.set_position(counts.succeeded + counts.failed + counts.cancelled);
         if let Ok(tranches) = store.job_tranche_counts(job).await {
-            let text: Vec<String> = tranches.iter().map(|(state, n)| format!("{n} {state}")).collect();
+            let text: Vec<String> =
+                tranches.iter().map(|(state, n)| format!("{n} {state}")).collect();
             self.bar.set_message(format!("tranches: {}", text.join(", ")));
         }
     }
@@ -118,7 +123,11 @@ impl JobProgress {
 }
 
 /// The summary table printed when a job ends.
-pub async fn summary_table(store: &Store, job: &JobRecord, elapsed: Duration) -> Result<Table, StoreError> {
+pub async fn summary_table(
+    store: &Store,
+    job: &JobRecord,
+    elapsed: Duration,
+) -> Result<Table, StoreError> {
     let counts = store.job_counts(job.id).await?;
     let tranches: u64 = store.job_tranche_counts(job.id).await?.iter().map(|(_, n)| n).sum();
     let files = store.job_file_counts(job.id).await?;
@@ -138,7 +147,10 @@ pub async fn summary_table(store: &Store, job: &JobRecord, elapsed: Duration) ->
         ("output tokens", tokens.output_tokens.to_string()),
         ("files uploaded", files.uploaded.to_string()),
         ("result files collected", files.created_by_provider.to_string()),
-        ("provider files deleted", format!("{} of {}", files.deleted, files.uploaded + files.created_by_provider)),
+        (
+            "provider files deleted",
+            format!("{} of {}", files.deleted, files.uploaded + files.created_by_provider),
+        ),
         ("elapsed", format!("{:.1} s", elapsed.as_secs_f64())),
     ];
     for (name, value) in rows {

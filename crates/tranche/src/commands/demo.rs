@@ -21,7 +21,8 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     let started = Instant::now();
     let dir = global.data_dir.join("demo");
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear `{}`", dir.display()))?;
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot clear `{}`", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
 
@@ -44,11 +45,16 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     let provider = OpenAiProvider::new(openai, http_client().context("building the HTTP client")?)
         .context("configuring the provider")?;
     let store = Store::open(&dir.join("tranche.db").to_string_lossy()).await?;
-    let config = EngineConfig { poll_interval: Duration::from_millis(250), retry_backoff: Duration::from_millis(500), ..EngineConfig::in_dir(&dir) };
+    let config = EngineConfig {
+        poll_interval: Duration::from_millis(250),
+        retry_backoff: Duration::from_millis(500),
+        ..EngineConfig::in_dir(&dir)
+    };
     let engine = Engine::new(store, Providers::new().with(Arc::new(provider)), config);
 
     let input = dir.join("input.jsonl");
-    std::fs::write(&input, sample_lines(args.requests)).with_context(|| format!("cannot write `{}`", input.display()))?;
+    std::fs::write(&input, sample_lines(args.requests))
+        .with_context(|| format!("cannot write `{}`", input.display()))?;
     let input_args = InputArgs {
         provider: tranche_core::ProviderKind::Openai,
         task: Some("triage".to_owned()),
@@ -58,7 +64,12 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
         tenant: None,
     };
     let submitted = submit_file(&engine, &input, &input_args).await?;
-    render::println(&format!("job {} accepted: {} requests from {}", submitted.job_id, submitted.accepted, input.display()));
+    render::println(&format!(
+        "job {} accepted: {} requests from {}",
+        submitted.job_id,
+        submitted.accepted,
+        input.display()
+    ));
 
     let job = drive_job(&engine, submitted).await?;
     let results = dir.join("results.jsonl");
@@ -74,5 +85,9 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     render::println(&format!("state:   {}", dir.display()));
     engine.store().close().await;
     sim.shutdown().await;
-    if job.state.is_terminal() { Ok(ExitCode::SUCCESS) } else { Err(Exit::from(anyhow::anyhow!("the demo job did not finish"))) }
+    if job.state.is_terminal() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(Exit::from(anyhow::anyhow!("the demo job did not finish")))
+    }
 }

@@ -12,7 +12,10 @@ use crate::render;
 pub async fn run(global: &Global, args: ResultsArgs) -> CmdResult {
     let store = context::open_store(global).await?;
     let id = parse_job(&args.job)?;
-    let job = store.job(id).await?.ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))?;
+    let job = store
+        .job(id)
+        .await?
+        .ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))?;
     match &args.out {
         Some(out) => {
             write_results_file(&store, &job, out).await?;

@@ -29,7 +29,11 @@ pub fn input_options(args: &InputArgs) -> InputOptions {
 }
 
 /// Accepts `file` as a job, or explains why not (exit code 2 for bad input).
-pub async fn submit_file(engine: &Engine, file: &Path, args: &InputArgs) -> Result<Submitted, Exit> {
+pub async fn submit_file(
+    engine: &Engine,
+    file: &Path,
+    args: &InputArgs,
+) -> Result<Submitted, Exit> {
     let handle = tokio::fs::File::open(file)
         .await
         .with_context(|| format!("cannot open `{}`", file.display()))
@@ -41,15 +45,22 @@ pub async fn submit_file(engine: &Engine, file: &Path, args: &InputArgs) -> Resu
         "model": args.model,
     });
     let source = Some(file.display().to_string());
-    engine.submit(BufReader::new(handle), input_options(args), source, settings).await.map_err(|e| match e {
-        SubmitError::Rejected(rejected) => Exit::usage(anyhow::anyhow!("{}", rejected.to_string().trim_end())),
-        SubmitError::Read(e) => Exit::usage(anyhow::Error::from(e).context(format!("reading `{}`", file.display()))),
-        other => Exit::from(anyhow::Error::from(other)),
-    })
+    engine.submit(BufReader::new(handle), input_options(args), source, settings).await.map_err(
+        |e| match e {
+            SubmitError::Rejected(rejected) => {
+                Exit::usage(anyhow::anyhow!("{}", rejected.to_string().trim_end()))
+            }
+            SubmitError::Read(e) => {
+                Exit::usage(anyhow::Error::from(e).context(format!("reading `{}`", file.display())))
+            }
+            other => Exit::from(anyhow::Error::from(other)),
+        },
+    )
 }
 
 pub async fn submit(global: &Global, args: SubmitArgs) -> CmdResult {
-    let engine_args = EngineArgs { poll_interval: 30.0, max_batch_requests: None, max_batch_bytes: None };
+    let engine_args =
+        EngineArgs { poll_interval: 30.0, max_batch_requests: None, max_batch_bytes: None };
     let engine = context::engine(global, &args.provider, &engine_args).await?;
     let submitted = submit_file(&engine, &args.file, &args.input).await?;
     if args.json {
@@ -118,7 +129,8 @@ pub async fn drive_job(engine: &Engine, submitted: Submitted) -> Result<JobRecor
     };
     let (result, ()) = tokio::join!(driver, updater);
     result?;
-    let job = store.job(job_id).await?.context("the job vanished from the store").map_err(Exit::from)?;
+    let job =
+        store.job(job_id).await?.context("the job vanished from the store").map_err(Exit::from)?;
     if cancel.is_cancelled() && !job.state.is_terminal() {
         return Err(Exit {
             code: 130,
@@ -144,16 +156,25 @@ pub async fn job_exit(store: &Store, job: &JobRecord) -> CmdResult {
     match job.state {
         JobState::Failed => {
             let detail = job.last_error.as_ref().map(upstream_text).unwrap_or_default();
-            Err(Exit { code: exit::UPSTREAM, error: anyhow::anyhow!("job {} stopped by an upstream failure: {detail}", job.id) })
+            Err(Exit {
+                code: exit::UPSTREAM,
+                error: anyhow::anyhow!("job {} stopped by an upstream failure: {detail}", job.id),
+            })
         }
-        _ if counts.failed > 0 || counts.cancelled > 0 => Ok(ExitCode::from(exit::JOB_FAILED_REQUESTS)),
+        _ if counts.failed > 0 || counts.cancelled > 0 => {
+            Ok(ExitCode::from(exit::JOB_FAILED_REQUESTS))
+        }
         _ => Ok(ExitCode::from(exit::SUCCESS)),
     }
 }
 
 /// `openai returned 400 code: message (request id …)` from a stored upstream error.
 pub fn upstream_text(error: &serde_json::Value) -> String {
-    let field = |name: &str| error.get(name).and_then(|v| v.as_str().map(str::to_owned).or_else(|| v.as_u64().map(|n| n.to_string())));
+    let field = |name: &str| {
+        error.get(name).and_then(|v| {
+            v.as_str().map(str::to_owned).or_else(|| v.as_u64().map(|n| n.to_string()))
+        })
+    };
     let mut text = field("provider").unwrap_or_else(|| "the provider".to_owned());
     if let Some(status) = field("status") {
         text.push_str(&format!(" returned {status}"));

@@ -17,7 +17,9 @@ pub async fn run(args: SimArgs) -> CmdResult {
                 .with_context(|| format!("cannot read `{}`", path.display()))
                 .map_err(Exit::usage)?;
             serde_json::from_str::<SimConfig>(&text)
-                .with_context(|| format!("`{}` is not a valid simulator configuration", path.display()))
+                .with_context(|| {
+                    format!("`{}` is not a valid simulator configuration", path.display())
+                })
                 .map_err(Exit::usage)?
         }
         None => SimConfig::default(),

@@ -11,7 +11,8 @@ use crate::exit::{CmdResult, Exit};
 use crate::render;
 
 pub fn parse_job(text: &str) -> Result<JobId, Exit> {
-    text.parse::<JobId>().map_err(|e| Exit::usage(anyhow::anyhow!("{e} (job ids look like job_0195…)")))
+    text.parse::<JobId>()
+        .map_err(|e| Exit::usage(anyhow::anyhow!("{e} (job ids look like job_0195…)")))
 }
 
 pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
@@ -28,7 +29,16 @@ pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
         }
         let mut table = Table::new();
         table.load_preset(UTF8_FULL_CONDENSED);
-        table.set_header(vec!["job", "state", "provider", "accepted", "succeeded", "failed", "pending", "source"]);
+        table.set_header(vec![
+            "job",
+            "state",
+            "provider",
+            "accepted",
+            "succeeded",
+            "failed",
+            "pending",
+            "source",
+        ]);
         for job in &jobs {
             let counts = store.job_counts(job.id).await?;
             table.add_row(vec![
@@ -46,7 +56,10 @@ pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
         return Ok(ExitCode::SUCCESS);
     };
     let id = parse_job(&job)?;
-    let job = store.job(id).await?.ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))?;
+    let job = store
+        .job(id)
+        .await?
+        .ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))?;
     let status = render::job_status(&store, &job).await?;
     if args.json {
         render::println(&status.to_string());

@@ -1,0 +1,398 @@
+//! The real `tranche` binary against `tranche sim` on port 0, each test with a fresh store.
+
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "test helpers fail loudly")]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tranche");
+
+/// A `tranche sim` child process, killed when dropped.
+struct Sim {
+    child: Child,
+    openai: String,
+}
+
+impl Sim {
+    fn start(extra: &[&str]) -> Sim {
+        let mut child = Command::new(BIN)
+            .args(["sim", "--port", "0", "--speed", "200"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tranche sim");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let openai = loop {
+            let line = lines.next().expect("sim printed its URLs").unwrap();
+            if let Some(url) = line.strip_prefix("openai: ") {
+                break url.trim().to_owned();
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Sim { child, openai }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env { dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn tranche(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env("TRANCHE_DATA_DIR", self.path("state"))
+            .env_remove("TRANCHE_DATABASE_URL")
+            .env_remove("OPENAI_BASE_URL")
+            .env("OPENAI_API_KEY", "sk-test-key")
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn status_json(&self, job: Option<&str>) -> Value {
+        let mut cmd = self.tranche();
+        cmd.arg("status").arg("--json");
+        if let Some(job) = job {
+            cmd.arg(job);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `n` tranche lines over two models; each user message starts with its key, which the
+/// simulator echoes in its answer.
+fn tranche_lines(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let model = if i % 3 == 0 { "gpt-4.1-mini" } else { "gpt-4o-mini" };
+            let line = serde_json::json!({
+                "key": format!("doc:{i}"),
+                "body": {"model": model, "messages": [{"role": "user", "content": format!("doc:{i} says hello {}", "x".repeat(i % 17))}]},
+            });
+            format!("{line}\n")
+        })
+        .collect()
+}
+
+fn read_results(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn run_returns_one_matched_result_per_request() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let input = env.write("input.jsonl", &tranche_lines(1000));
+    let out = env
+        .tranche()
+        .args(["run", input.to_str().unwrap(), "--task", "greet", "--version", "v2"])
+        .args([
+            "--base-url",
+            &sim.openai,
+            "--poll-interval",
+            "0.1",
+            "--max-batch-requests",
+            "400",
+            "--json",
+        ])
+        .args(["--out", env.path("results.jsonl").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["state"], "done");
+    assert_eq!(status["counts"]["accepted"], 1000);
+    assert_eq!(status["counts"]["succeeded"], 1000);
+    assert_eq!(status["counts"]["pending"], 0);
+    // 334 + 666 requests over two models, at most 400 per batch: 1 + 2 tranches.
+    assert_eq!(status["tranches"]["done"], 3, "{status}");
+    assert_eq!(status["files"]["live"], 0, "every provider file was deleted: {status}");
+
+    let results = read_results(&env.path("results.jsonl"));
+    assert_eq!(results.len(), 1000);
+    let mut seen = HashMap::new();
+    for (i, r) in results.iter().enumerate() {
+        let custom_id = r["custom_id"].as_str().unwrap().to_owned();
+        *seen.entry(custom_id.clone()).or_insert(0) += 1;
+        assert_eq!(custom_id, format!("doc:{i}:greet:v2"));
+        assert_eq!(r["key"], format!("doc:{i}"));
+        assert_eq!(r["status"], "succeeded");
+        assert!(r["error"].is_null());
+        let model = if i % 3 == 0 { "gpt-4.1-mini" } else { "gpt-4o-mini" };
+        assert_eq!(r["output"]["model"], model);
+        let answer = r["output"]["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(
+            answer.contains(&format!("\"doc:{i} says hello")),
+            "result {i} is another request's answer: {answer}"
+        );
+    }
+    assert!(seen.values().all(|&n| n == 1));
+}
+
+#[test]
+fn submit_worker_status_results() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let openai_lines: String = (0..20)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"custom_id": format!("request-{i}"), "method": "POST", "url": "/v1/embeddings", "body": {"model": "text-embedding-3-small", "input": format!("text {i}")}})
+            )
+        })
+        .collect();
+    let input = env.write("batch.jsonl", &openai_lines);
+
+    let out = env
+        .tranche()
+        .args(["submit", input.to_str().unwrap(), "--base-url", &sim.openai])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let job = stdout.lines().last().unwrap().trim().to_owned();
+    assert!(job.starts_with("job_"), "{stdout}");
+
+    let status = env.status_json(Some(&job));
+    assert_eq!(status["job_id"], job);
+    assert_eq!(status["state"], "pending");
+    assert_eq!(status["counts"]["accepted"], 20);
+    assert_eq!(status["counts"]["pending"], 20);
+
+    let out = env
+        .tranche()
+        .args(["worker", "--until-idle", "--poll-interval", "0.1", "--base-url", &sim.openai])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    let status = env.status_json(Some(&job));
+    assert_eq!(status["state"], "done");
+    for (field, n) in
+        [("accepted", 20), ("succeeded", 20), ("failed", 0), ("cancelled", 0), ("pending", 0)]
+    {
+        assert_eq!(status["counts"][field], n, "{field}: {status}");
+    }
+
+    let out = env.tranche().args(["results", &job]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 20);
+    assert_eq!(lines[3]["custom_id"], "request-3");
+    assert_eq!(lines[3]["key"], "request-3");
+    assert_eq!(lines[3]["output"]["object"], "list");
+
+    let out = env
+        .tranche()
+        .args(["submit", input.to_str().unwrap(), "--json", "--base-url", &sim.openai])
+        .output()
+        .unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["job_id"].as_str().unwrap().starts_with("job_"));
+}
+
+#[test]
+fn failed_lines_keep_the_upstream_error_and_exit_1() {
+    let env = Env::new();
+    let config = env.write(
+        "sim.json",
+        r#"{"line_faults": [{"provider": "any", "kind": "fatal", "rate": 0.2}]}"#,
+    );
+    let sim = Sim::start(&["--config", config.to_str().unwrap()]);
+    let input = env.write("input.jsonl", &tranche_lines(50));
+    let out = env
+        .tranche()
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "--task",
+            "t",
+            "--base-url",
+            &sim.openai,
+            "--poll-interval",
+            "0.1",
+        ])
+        .args(["--out", env.path("r.jsonl").to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let failed = status["counts"]["failed"].as_u64().unwrap();
+    assert!(failed > 0 && failed < 50, "{status}");
+    assert_eq!(status["counts"]["succeeded"].as_u64().unwrap() + failed, 50);
+    let results = read_results(&env.path("r.jsonl"));
+    let bad: Vec<&Value> = results.iter().filter(|r| r["status"] == "failed").collect();
+    assert_eq!(bad.len() as u64, failed);
+    for r in bad {
+        assert!(r["output"].is_null());
+        assert_eq!(r["error"]["provider"], "openai");
+        assert_eq!(r["error"]["status"], 400);
+        assert_eq!(r["error"]["code"], "context_length_exceeded");
+        assert!(r["error"]["request_id"].as_str().is_some());
+        assert_eq!(r["error"]["retryable"], false);
+    }
+}
+
+/// Submits `text` and expects exit code 2, an error naming `needles`, and nothing stored.
+#[track_caller]
+fn rejected(text_in: &str, extra: &[&str], needles: &[&str]) {
+    let env = Env::new();
+    let input = env.write("bad.jsonl", text_in);
+    let out = env
+        .tranche()
+        .args(["submit", input.to_str().unwrap(), "--base-url", "http://127.0.0.1:9/v1"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in needles {
+        assert!(stderr.contains(needle), "stderr lacks {needle:?}:\n{stderr}");
+    }
+    assert!(stderr.contains("nothing was stored"), "{stderr}");
+    assert_eq!(env.status_json(None), Value::Array(vec![]), "a rejected file stored a job");
+}
+
+const GOOD: &str = r#"{"key":"a","body":{"model":"m","messages":[]}}"#;
+
+#[test]
+fn bad_input_is_refused_whole_with_line_and_field() {
+    let task = ["--task", "t"];
+    rejected(
+        &format!("{GOOD}\n{{\"key\": \"b\", \"body\": \n"),
+        &task,
+        &["line 2", "invalid JSON"],
+    );
+    rejected(
+        &format!("{GOOD}\n{{\"key\":\"b\"}}\n"),
+        &task,
+        &["line 2", "`body`", "missing field"],
+    );
+    rejected(
+        &format!("{{\"key\":7,\"body\":{{}}}}\n{GOOD}\n"),
+        &task,
+        &["line 1", "`key`", "expected a string, found a number"],
+    );
+    rejected(
+        r#"{"custom_id":"x","method":"POST","url":"/v1/chat","body":{"model":"m"}}"#,
+        &[],
+        &["line 1", "`url`", "unknown endpoint `/v1/chat`"],
+    );
+    rejected(
+        r#"{"custom_id":"x","method":"GET","url":"/v1/chat/completions","body":{"model":"m"}}"#,
+        &[],
+        &["line 1", "`method`", "POST"],
+    );
+    rejected(
+        &format!("{GOOD}\n{GOOD}\n{GOOD}\n"),
+        &task,
+        &["line 2", "line 3", "already used on line 1", "`custom_id`"],
+    );
+    rejected(
+        r#"{"key":"a","body":{"messages":[]}}"#,
+        &task,
+        &["line 1", "`body.model`", "--model"],
+    );
+    rejected(GOOD, &[], &["line 1", "--task"]);
+}
+
+#[test]
+fn duplicate_custom_id_names_both_lines() {
+    let env = Env::new();
+    let text = format!("{GOOD}\n{}\n{GOOD}\n", r#"{"key":"b","body":{"model":"m"}}"#);
+    let input = env.write("dup.jsonl", &text);
+    let out =
+        env.tranche().args(["submit", input.to_str().unwrap(), "--task", "t"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("line 3: `custom_id`: duplicate custom_id `a:t:v1`: already used on line 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let env = Env::new();
+    let out = env.tranche().args(["submit", "missing.jsonl", "--task", "t"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.jsonl"));
+    let out = env.tranche().args(["status", "not-a-job"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = env.tranche().args(["frobnicate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let input = env.write("ok.jsonl", GOOD);
+    let out = env
+        .tranche()
+        .env_remove("OPENAI_API_KEY")
+        .args(["submit", input.to_str().unwrap(), "--task", "t"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("OPENAI_API_KEY"));
+}
+
+#[test]
+fn demo_accounts_for_every_request() {
+    let env = Env::new();
+    let out = env
+        .tranche()
+        .env_remove("OPENAI_API_KEY")
+        .args(["demo", "--requests", "300", "--speed", "100"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("0 files still at the provider"), "{stdout}");
+    let results = read_results(&env.path("state/demo/results.jsonl"));
+    assert_eq!(results.len(), 300);
+    let done =
+        results.iter().filter(|r| r["status"] == "succeeded" || r["status"] == "failed").count();
+    assert_eq!(done, 300);
+}

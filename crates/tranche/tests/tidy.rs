@@ -1,0 +1,67 @@
+//! Tidy checks over the whole workspace, run as ordinary tests.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn all_rust_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for krate in std::fs::read_dir(workspace().join("crates")).unwrap().flatten() {
+        for sub in ["src", "tests", "benches"] {
+            rust_files(&krate.path().join(sub), &mut files);
+        }
+    }
+    assert!(files.len() > 10, "found too few files: {files:?}");
+    files
+}
+
+#[test]
+fn every_module_opens_with_a_doc_line() {
+    let missing: Vec<_> = all_rust_files()
+        .into_iter()
+        .filter(|path| !std::fs::read_to_string(path).unwrap().starts_with("//!"))
+        .collect();
+    assert!(missing.is_empty(), "these files do not open with a `//!` line: {missing:#?}");
+}
+
+#[test]
+fn no_sql_is_built_with_format() {
+    let offenders: Vec<_> = all_rust_files()
+        .into_iter()
+        .filter(|path| {
+            let text = std::fs::read_to_string(path).unwrap().to_uppercase();
+            ["SELECT ", "INSERT ", "UPDATE ", "DELETE "]
+                .iter()
+                .any(|verb| text.contains(&format!("FORMAT!(\"{verb}")))
+        })
+        .collect();
+    assert!(offenders.is_empty(), "SQL built with format!: {offenders:#?}");
+}
+
+#[test]
+fn every_crate_is_in_the_architecture_map() {
+    let map = std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).unwrap();
+    for krate in std::fs::read_dir(workspace().join("crates")).unwrap().flatten() {
+        let name = krate.file_name().to_string_lossy().into_owned();
+        assert!(
+            map.contains(&format!("### `crates/{name}`")),
+            "ARCHITECTURE.md has no section for {name}"
+        );
+    }
+}
