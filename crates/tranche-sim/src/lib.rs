@@ -1,0 +1,179 @@
+//! tranche-sim: a local, wire-faithful simulator of LLM batch APIs with a virtual clock.
+//!
+//! It serves the OpenAI Files + Batches API under `/v1` (bearer auth) and its own control surface
+//! under `/sim` (stats, ledger, clock, config). It is both a product (`tranche sim --port P`) and
+//! the ground truth for tranche's tests: two simulators can run side by side in one process, all
+//! state lives in the instance, and nothing sleeps. Batches move on a virtual clock (unix time at
+//! spawn + wall time × speed + explicit advances) that tests step forward:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), tranche_sim::SimError> {
+//! use tranche_sim::{SimConfig, Simulator};
+//! let sim = Simulator::spawn(SimConfig { speed: 0.0, ..SimConfig::default() }).await?;
+//! let base = sim.openai_base_url(); // "http://127.0.0.1:PORT/v1"
+//! // ... upload a file and create a batch against `base`, then:
+//! sim.advance(3600.0);
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Modules: `clock` (virtual time), `config` (run-time settings), `state` (provider-neutral store
+//! and batch life cycle), `validate` (JSONL input checks), `model` and `schema` (the deterministic
+//! fake model), `openai` (routes and wire shapes), `control` (`/sim`), `stats` (counters, ledger).
+
+mod clock;
+mod config;
+mod control;
+mod error;
+mod model;
+mod openai;
+mod schema;
+mod state;
+mod stats;
+mod validate;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use config::{DEFAULT_MAX_FILE_BYTES, LineFault, LineFaultKind, ProcessingConfig, SimConfig};
+pub use error::SimError;
+pub use stats::{ByProvider, LedgerEntry, LedgerOutcome, ProviderStats, SimStats};
+
+use state::{SharedSim, Sim, lock};
+
+/// State shared by every route of one simulator.
+#[derive(Debug, Clone)]
+pub(crate) struct AppState {
+    pub(crate) sim: SharedSim,
+}
+
+/// The whole HTTP surface of one simulator.
+fn app(state: AppState) -> Router {
+    Router::new()
+        .merge(openai::router(state.clone()))
+        .merge(control::router())
+        .fallback(openai::invalid_url)
+        .method_not_allowed_fallback(openai::invalid_url)
+        .with_state(state)
+}
+
+/// Starts simulators.
+#[derive(Debug, Clone, Copy)]
+pub struct Simulator;
+
+impl Simulator {
+    /// Serves a new simulator on `127.0.0.1` at a free port.
+    pub async fn spawn(config: SimConfig) -> Result<SimHandle, SimError> {
+        Self::spawn_on(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), config).await
+    }
+
+    /// Serves a new simulator on `addr` (port 0 picks a free port).
+    pub async fn spawn_on(addr: SocketAddr, config: SimConfig) -> Result<SimHandle, SimError> {
+        config.validate()?;
+        let listener =
+            TcpListener::bind(addr).await.map_err(|source| SimError::Bind { addr, source })?;
+        let local = listener.local_addr().map_err(|source| SimError::Bind { addr, source })?;
+        let sim: SharedSim = Arc::new(Mutex::new(Sim::new(config)));
+        let router = app(AppState { sim: sim.clone() });
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+            // Fires on an explicit shutdown and when the handle is dropped.
+            signal.await.ok();
+        });
+        let join = tokio::spawn(async move { server.await });
+        tracing::info!(addr = %local, "tranche simulator listening");
+        Ok(SimHandle { addr: local, sim, shutdown, join })
+    }
+}
+
+/// A running simulator. Dropping it stops the server.
+#[derive(Debug)]
+pub struct SimHandle {
+    addr: SocketAddr,
+    sim: SharedSim,
+    shutdown: oneshot::Sender<()>,
+    join: JoinHandle<std::io::Result<()>>,
+}
+
+impl SimHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: the `base_url` for OpenAI clients.
+    pub fn openai_base_url(&self) -> String {
+        format!("{}/v1", self.base_url())
+    }
+
+    /// Current virtual unix time in seconds.
+    pub fn now(&self) -> i64 {
+        lock(&self.sim).clock.now()
+    }
+
+    /// Moves the virtual clock forward (negative or non-finite amounts are ignored).
+    pub fn advance(&self, seconds: f64) {
+        let mut sim = lock(&self.sim);
+        sim.clock.advance(seconds);
+        sim.sync();
+    }
+
+    /// Counters, as `GET /sim/stats` returns them.
+    pub fn stats(&self) -> SimStats {
+        lock(&self.sim).stats()
+    }
+
+    /// Every request run so far, as `GET /sim/ledger` returns them.
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        lock(&self.sim).ledger()
+    }
+
+    /// The current config (its `api_key` included).
+    pub fn config(&self) -> SimConfig {
+        lock(&self.sim).config.clone()
+    }
+
+    /// Replaces the config at run time, like `POST /sim/config`. Batches are brought up to the
+    /// current virtual time under the old config first. Out-of-range numbers fall back to safe
+    /// values (use [`SimConfig::validate`] to reject them instead).
+    pub fn set_config(&self, config: SimConfig) {
+        if let Err(e) = config.validate() {
+            tracing::warn!(error = %e, "simulator config out of range; using safe values");
+        }
+        lock(&self.sim).set_config(config.sanitized());
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn shutdown(self) {
+        let Self { shutdown, join, .. } = self;
+        shutdown.send(()).ok();
+        match join.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "simulator server ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "simulator server task failed"),
+        }
+    }
+
+    /// Serves until the server ends (for `tranche sim`; stop it by dropping the future, e.g. in a
+    /// `select!` with ctrl-c).
+    pub async fn wait(self) -> Result<(), SimError> {
+        let Self { shutdown, join, .. } = self;
+        let res = join.await;
+        drop(shutdown);
+        match res {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(SimError::Serve(e)),
+            Err(e) => Err(SimError::Task(e.to_string())),
+        }
+    }
+}
