@@ -1,0 +1,23 @@
+//! tranche's provider adapters: the batch lifecycle (upload, create, get, list, cancel, download,
+//! delete) behind the `Provider` trait, and `UpstreamError`, which keeps every fact a provider gave.
+//!
+//! Architecture invariant: this crate knows nothing about the store or the engine. It turns calls
+//! into HTTP and HTTP back into values; deciding what to do next is the engine's job.
+
+mod error;
+mod http;
+pub mod openai;
+mod provider;
+mod types;
+
+pub use error::{ConfigError, ErrorKind, LineParseError, UpstreamError};
+pub use http::{RetryPolicy, USER_AGENT, http_client};
+pub use openai::{OpenAiConfig, OpenAiProvider};
+pub use provider::Provider;
+pub use types::{
+    BatchErrorEntry, BatchId, BatchPage, BatchStatus, CreateBatch, FileId, LineError, LineOutcome,
+    RemoteBatch, RequestCounts, ResultLine, UploadedFile,
+};
+
+/// The batch metadata key that names the tranche a batch was created for.
+pub const TRANCHE_ID_METADATA_KEY: &str = "tranche_id";

@@ -1,0 +1,66 @@
+//! The `Provider` trait: one method per step of a provider batch's life, provider-neutral.
+
+use std::path::Path;
+
+use serde_json::value::RawValue;
+use tranche_core::{Endpoint, ProviderKind, TrancheId};
+
+use crate::error::{LineParseError, UpstreamError};
+use crate::types::{
+    BatchId, BatchPage, CreateBatch, FileId, RemoteBatch, ResultLine, UploadedFile,
+};
+
+/// A provider's batch API. Adapters talk HTTP; they know nothing of the store or the engine.
+///
+/// Calls that only read or delete (`retrieve_batch`, `list_batches`, `download_file`,
+/// `delete_file`) retry transient failures themselves; calls with side effects
+/// (`upload_batch_file`, `create_batch`, `cancel_batch`) are tried once, so that the engine can
+/// check what the provider already has before repeating them.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync + std::fmt::Debug {
+    fn kind(&self) -> ProviderKind;
+
+    /// Appends one input JSONL line (with trailing '\n') for a request to `out`.
+    fn write_input_line(
+        &self,
+        out: &mut Vec<u8>,
+        wire_id: &str,
+        endpoint: Endpoint,
+        body: &RawValue,
+    );
+
+    /// Uploads the JSONL file at `path` (streamed from disk, never read whole into memory) as
+    /// `tranche-<tranche id>.jsonl`, purpose batch, with the configured expiry.
+    async fn upload_batch_file(
+        &self,
+        tranche: TrancheId,
+        path: &Path,
+    ) -> Result<UploadedFile, UpstreamError>;
+
+    /// Creates the batch; metadata carries {"tranche_id": "<id>"}; completion window 24h; output
+    /// expiry from the configuration.
+    async fn create_batch(&self, req: CreateBatch<'_>) -> Result<RemoteBatch, UpstreamError>;
+
+    async fn retrieve_batch(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError>;
+
+    /// One page of batches, newest first, starting after `after`; `limit` is clamped to what the
+    /// provider allows (OpenAI: 1..=100).
+    async fn list_batches(
+        &self,
+        after: Option<&BatchId>,
+        limit: u32,
+    ) -> Result<BatchPage, UpstreamError>;
+
+    async fn cancel_batch(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError>;
+
+    /// Streams a file's content to `dest` (create/truncate), fsyncs, returns bytes written.
+    /// Never holds the whole file in memory. On error `dest` may hold a partial file, which the
+    /// caller discards.
+    async fn download_file(&self, id: &FileId, dest: &Path) -> Result<u64, UpstreamError>;
+
+    /// Deletes a file; a file that is already gone (404) counts as deleted.
+    async fn delete_file(&self, id: &FileId) -> Result<(), UpstreamError>;
+
+    /// Reads one line of an output or error file.
+    fn parse_result_line(&self, line: &str) -> Result<ResultLine, LineParseError>;
+}

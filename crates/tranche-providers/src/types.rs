@@ -1,0 +1,284 @@
+//! Provider-neutral values of the batch lifecycle: file and batch ids, batch objects and result lines.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tranche_core::{Endpoint, ProviderKind, TrancheId};
+
+macro_rules! string_id {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn new(id: impl Into<String>) -> Self {
+                Self(id.into())
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A provider's id for a file (`file-abc123`).
+    FileId
+);
+string_id!(
+    /// A provider's id for a batch (`batch_abc123`, `msgbatch_...`).
+    BatchId
+);
+
+/// A file the provider accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadedFile {
+    pub id: FileId,
+    pub bytes: u64,
+    pub filename: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds; `None` when the provider keeps the file until it is deleted.
+    pub expires_at: Option<i64>,
+}
+
+/// Where a provider batch is in its life (OpenAI's eight statuses; other providers map onto them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchStatus {
+    Validating,
+    InProgress,
+    Finalizing,
+    Completed,
+    Failed,
+    Expired,
+    Cancelling,
+    Cancelled,
+}
+
+impl BatchStatus {
+    /// Completed, failed, expired and cancelled batches never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Expired | Self::Cancelled)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Validating => "validating",
+            Self::InProgress => "in_progress",
+            Self::Finalizing => "finalizing",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Expired => "expired",
+            Self::Cancelling => "cancelling",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for BatchStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A batch-level error (for example why validation failed), as the provider reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchErrorEntry {
+    pub code: Option<String>,
+    pub message: String,
+    /// 1-based line of the input file, when the error is about one line.
+    pub line: Option<u64>,
+    pub param: Option<String>,
+}
+
+/// How many requests of a batch are done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RequestCounts {
+    pub total: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+/// A batch as the provider currently sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteBatch {
+    pub id: BatchId,
+    pub status: BatchStatus,
+    pub endpoint: Option<String>,
+    pub input_file_id: Option<FileId>,
+    /// `None` until there is an output file (an empty id on the wire also reads as `None`).
+    pub output_file_id: Option<FileId>,
+    pub error_file_id: Option<FileId>,
+    pub request_counts: RequestCounts,
+    pub errors: Vec<BatchErrorEntry>,
+    pub metadata: BTreeMap<String, String>,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+}
+
+impl RemoteBatch {
+    /// The tranche this batch was created for, from its `tranche_id` metadata.
+    pub fn tranche_id(&self) -> Option<TrancheId> {
+        self.metadata.get(crate::TRANCHE_ID_METADATA_KEY)?.parse().ok()
+    }
+}
+
+/// One page of a batch listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchPage {
+    pub data: Vec<RemoteBatch>,
+    pub has_more: bool,
+    /// The cursor for the next page (`after`).
+    pub last_id: Option<BatchId>,
+}
+
+/// What to create a batch from.
+#[derive(Debug, Clone)]
+pub struct CreateBatch<'a> {
+    pub tranche_id: TrancheId,
+    pub input_file_id: &'a FileId,
+    pub endpoint: Endpoint,
+}
+
+/// One line of a provider's output or error file, normalised.
+#[derive(Debug, Clone)]
+pub struct ResultLine {
+    /// The `custom_id` tranche sent (its wire id, not the user's custom id).
+    pub wire_id: String,
+    pub outcome: LineOutcome,
+}
+
+/// How one request in a batch ended.
+#[derive(Debug, Clone)]
+pub enum LineOutcome {
+    Succeeded {
+        status_code: u16,
+        request_id: Option<String>,
+        /// The response body exactly as the provider sent it.
+        body: Box<RawValue>,
+    },
+    Failed(LineError),
+}
+
+/// A per-line failure, with the same facts as `UpstreamError`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineError {
+    pub provider: ProviderKind,
+    /// The request's HTTP status; `None` when the request was never run (expired, cancelled).
+    pub status: Option<u16>,
+    pub error_type: Option<String>,
+    pub code: Option<String>,
+    pub message: String,
+    pub param: Option<String>,
+    pub request_id: Option<String>,
+    /// Whether sending the same request again can succeed.
+    pub retryable: bool,
+}
+
+impl fmt::Display for LineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.provider)?;
+        match self.status {
+            Some(status) => write!(f, " returned {status}")?,
+            None => f.write_str(" did not run the request")?,
+        }
+        match (&self.error_type, &self.code) {
+            (Some(t), Some(c)) => write!(f, " {t}/{c}")?,
+            (Some(x), None) | (None, Some(x)) => write!(f, " {x}")?,
+            (None, None) => {}
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(param) = &self.param {
+            write!(f, " (param {param})")?;
+        }
+        if let Some(request_id) = &self.request_id {
+            write!(f, " (request id {request_id})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LineError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_transparent_strings() {
+        let id = FileId::new("file-abc");
+        assert_eq!(serde_json::to_string(&id).unwrap(), r#""file-abc""#);
+        assert_eq!(serde_json::from_str::<BatchId>(r#""batch_1""#).unwrap().as_str(), "batch_1");
+        assert_eq!(id.to_string(), "file-abc");
+    }
+
+    #[test]
+    fn status_terminality_and_names() {
+        let all = [
+            BatchStatus::Validating,
+            BatchStatus::InProgress,
+            BatchStatus::Finalizing,
+            BatchStatus::Completed,
+            BatchStatus::Failed,
+            BatchStatus::Expired,
+            BatchStatus::Cancelling,
+            BatchStatus::Cancelled,
+        ];
+        for status in all {
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(json, format!("\"{}\"", status.as_str()));
+        }
+        let terminal: Vec<_> = all.into_iter().filter(|s| s.is_terminal()).collect();
+        assert_eq!(
+            terminal,
+            [
+                BatchStatus::Completed,
+                BatchStatus::Failed,
+                BatchStatus::Expired,
+                BatchStatus::Cancelled
+            ]
+        );
+    }
+
+    #[test]
+    fn line_error_display() {
+        let err = LineError {
+            provider: ProviderKind::Openai,
+            status: Some(400),
+            error_type: Some("invalid_request_error".into()),
+            code: Some("context_length_exceeded".into()),
+            message: "too long".into(),
+            param: Some("messages".into()),
+            request_id: Some("req_1".into()),
+            retryable: false,
+        };
+        assert_eq!(
+            err.to_string(),
+            "openai returned 400 invalid_request_error/context_length_exceeded: too long (param messages) (request id req_1)"
+        );
+    }
+}
