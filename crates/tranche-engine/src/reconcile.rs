@@ -23,7 +23,8 @@ use tranche_core::{
     CustomId, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
 };
 use tranche_providers::{
-    BatchId, BatchStatus, CreateBatch, FileId, LineError, LineOutcome, Provider, UpstreamError,
+    BatchId, BatchInput, BatchStatus, CreateBatch, FileId, InputTransport, LineError, LineOutcome,
+    Provider, UpstreamError,
 };
 use tranche_store::{
     AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store, TrancheRecord,
@@ -108,9 +109,21 @@ pub struct Engine {
     config: EngineConfig,
 }
 
-/// The id a provider sees for a request. OpenAI and Azure take tranche's custom id as is.
-pub(crate) fn wire_id(_provider: ProviderKind, custom_id: &CustomId) -> String {
-    custom_id.as_str().to_owned()
+/// The id a provider sees for a request.
+///
+/// OpenAI and Azure take tranche's custom id as it is. Anthropic allows only
+/// `^[a-zA-Z0-9_-]{1,64}$`, so its wire id is derived: `t` and the first 40 hex digits of the
+/// SHA-256 of the custom id (160 bits: deterministic, and collision-free in practice). The
+/// mapping is stored with the request; users never see wire ids.
+pub(crate) fn wire_id(provider: ProviderKind, custom_id: &CustomId) -> String {
+    match provider {
+        ProviderKind::Openai | ProviderKind::Azure => custom_id.as_str().to_owned(),
+        ProviderKind::Anthropic => {
+            use sha2::Digest as _;
+            let digest = sha2::Sha256::digest(custom_id.as_str().as_bytes());
+            format!("t{}", &hex::encode(digest)[..40])
+        }
+    }
 }
 
 fn upstream_json(e: &UpstreamError) -> serde_json::Value {
@@ -231,7 +244,13 @@ impl Engine {
         }
         let mut planner = Planner::new(self.config.limits(kind));
         let mut sealed = Vec::new();
+        // Two requests with one wire id (the same custom id in two jobs) must never share a
+        // batch: the later one waits for the next round, and so another tranche.
+        let mut wire_ids = std::collections::HashSet::new();
         for item in pending {
+            if !wire_ids.insert(item.wire_id) {
+                continue;
+            }
             let item = PlanItem {
                 group: GroupKey { provider: kind, endpoint: item.endpoint, model: item.model },
                 bytes: item.wire_bytes,
@@ -265,8 +284,13 @@ impl Engine {
         let provider = Arc::clone(self.provider(tranche.provider)?);
         let id = tranche.id;
         let result = match tranche.state {
-            TrancheState::Planned | TrancheState::Uploading => {
+            TrancheState::Planned | TrancheState::Uploading
+                if provider.transport() == InputTransport::UploadFile =>
+            {
                 self.upload(&*provider, &tranche).await
+            }
+            TrancheState::Planned | TrancheState::Uploading => {
+                self.create(&*provider, &tranche).await
             }
             TrancheState::Uploaded | TrancheState::Creating => {
                 self.create(&*provider, &tranche).await
@@ -347,7 +371,7 @@ impl Engine {
         self.store
             .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Uploading, now))
             .await?;
-        let path = self.config.outbox_dir.join(format!("tranche-{}.jsonl", tranche.id));
+        let path = self.input_path(tranche.id);
         self.write_input(provider, tranche.id, &path).await?;
         let uploaded = provider.upload_batch_file(tranche.id, &path).await?;
         let now = unix_now();
@@ -371,6 +395,10 @@ impl Engine {
         }
         info!(tranche = %tranche.id, "uploaded input file");
         Ok(())
+    }
+
+    fn input_path(&self, tranche: TrancheId) -> PathBuf {
+        self.config.outbox_dir.join(format!("tranche-{tranche}.jsonl"))
     }
 
     async fn write_input(
@@ -405,22 +433,35 @@ impl Engine {
         provider: &dyn Provider,
         tranche: &TrancheRecord,
     ) -> Result<(), StepError> {
-        let Some(input) = tranche.input_file_id.as_deref() else {
-            // An upload that was never recorded: upload again.
-            return self.upload(provider, tranche).await;
+        let inline_path = self.input_path(tranche.id);
+        let file_id;
+        let input = match provider.transport() {
+            InputTransport::UploadFile => {
+                let Some(input) = tranche.input_file_id.as_deref() else {
+                    // An upload that was never recorded: upload again.
+                    return self.upload(provider, tranche).await;
+                };
+                file_id = FileId::new(input);
+                BatchInput::File(&file_id)
+            }
+            InputTransport::Inline => {
+                // Rebuilt from the store every time, so a retry never sends a stale file.
+                self.write_input(provider, tranche.id, &inline_path).await?;
+                BatchInput::Inline(&inline_path)
+            }
         };
         let now = unix_now();
         self.store
             .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Creating, now))
             .await?;
-        let input = FileId::new(input);
         let batch = provider
-            .create_batch(CreateBatch {
-                tranche_id: tranche.id,
-                input_file_id: &input,
-                endpoint: tranche.endpoint,
-            })
+            .create_batch(CreateBatch { tranche_id: tranche.id, input, endpoint: tranche.endpoint })
             .await?;
+        if provider.transport() == InputTransport::Inline {
+            if let Err(e) = tokio::fs::remove_file(&inline_path).await {
+                debug!(path = %inline_path.display(), error = %e, "could not remove the sent input file");
+            }
+        }
         let now = unix_now();
         let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
         update.batch_id = Some(batch.id.as_str().to_owned());
@@ -474,6 +515,7 @@ impl Engine {
         update.batch_status = Some(batch.status.as_str().to_owned());
         update.output_file_id = batch.output_file_id.map(FileId::into_string);
         update.error_file_id = batch.error_file_id.map(FileId::into_string);
+        update.results_url = batch.results_url;
         if !batch.errors.is_empty() {
             update.batch_errors = serde_json::to_value(&batch.errors).ok();
         }
@@ -509,6 +551,17 @@ impl Engine {
                 .await
                 .map_err(EngineError::io("renaming", &partial))?;
             info!(tranche = %tranche.id, file = %file, bytes, "stored raw results");
+        }
+        if let Some(url) = &tranche.results_url {
+            let dest = self.raw_path(tranche.id, "output.jsonl");
+            if !tokio::fs::try_exists(&dest).await.unwrap_or(false) {
+                let partial = dest.with_extension("jsonl.partial");
+                let bytes = provider.download_results(url, &partial).await?;
+                tokio::fs::rename(&partial, &dest)
+                    .await
+                    .map_err(EngineError::io("renaming", &partial))?;
+                info!(tranche = %tranche.id, bytes, "stored raw results");
+            }
         }
         self.store
             .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Ingesting, unix_now()))
@@ -736,5 +789,22 @@ impl From<EngineError> for StepError {
 impl From<tranche_store::StoreError> for StepError {
     fn from(e: tranche_store::StoreError) -> Self {
         Self::Engine(EngineError::Store(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anthropic_wire_ids_fit_the_pattern_and_are_deterministic() {
+        let a = CustomId::parse("acme::ticket:84291:intent:v3").unwrap();
+        let b = CustomId::parse("acme::ticket:84291:intent:v4").unwrap();
+        let wire = wire_id(ProviderKind::Anthropic, &a);
+        assert_eq!(wire.len(), 41);
+        assert!(wire.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+        assert_eq!(wire, wire_id(ProviderKind::Anthropic, &a));
+        assert_ne!(wire, wire_id(ProviderKind::Anthropic, &b));
+        assert_eq!(wire_id(ProviderKind::Openai, &a), a.as_str());
     }
 }

@@ -27,6 +27,8 @@ pub enum ErrorKind {
     Decode,
     /// A local file (the upload's source or the download's destination) could not be read or written.
     Io,
+    /// The provider has no such operation (for example a file upload to Anthropic).
+    Unsupported,
 }
 
 impl ErrorKind {
@@ -38,6 +40,7 @@ impl ErrorKind {
             Self::Transport => "transport",
             Self::Decode => "decode",
             Self::Io => "io",
+            Self::Unsupported => "unsupported",
         }
     }
 }
@@ -93,7 +96,7 @@ impl UpstreamError {
         match self.kind {
             ErrorKind::Http => self.status.is_some_and(status_is_retryable),
             ErrorKind::Timeout | ErrorKind::Connect | ErrorKind::Transport | ErrorKind::Io => true,
-            ErrorKind::Decode => false,
+            ErrorKind::Decode | ErrorKind::Unsupported => false,
         }
     }
 
@@ -179,6 +182,9 @@ impl fmt::Display for UpstreamError {
             }
             (ErrorKind::Http, None) => write!(f, "{provider} returned an error: {}", self.message)?,
             (ErrorKind::Timeout, _) => write!(f, "{provider} request timed out: {}", self.message)?,
+            (ErrorKind::Unsupported, _) => {
+                write!(f, "{provider} does not support this: {}", self.message)?
+            }
             (ErrorKind::Connect, _) => {
                 write!(f, "could not connect to {provider}: {}", self.message)?;
             }

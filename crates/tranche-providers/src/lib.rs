@@ -15,8 +15,8 @@ pub use http::{RetryPolicy, USER_AGENT, http_client};
 pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use provider::Provider;
 pub use types::{
-    BatchErrorEntry, BatchId, BatchPage, BatchStatus, CreateBatch, FileId, LineError, LineOutcome,
-    RemoteBatch, RequestCounts, ResultLine, UploadedFile,
+    BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId,
+    InputTransport, LineError, LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
 };
 
 /// The batch metadata key that names the tranche a batch was created for.

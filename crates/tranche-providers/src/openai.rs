@@ -18,8 +18,8 @@ use crate::error::{
 use crate::http::{self, RetryPolicy};
 use crate::provider::Provider;
 use crate::types::{
-    BatchErrorEntry, BatchId, BatchPage, BatchStatus, CreateBatch, FileId, LineError, LineOutcome,
-    RemoteBatch, RequestCounts, ResultLine, UploadedFile,
+    BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, LineError,
+    LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
 };
 
 const PROVIDER: ProviderKind = ProviderKind::Openai;
@@ -287,8 +287,15 @@ impl Provider for OpenAiProvider {
     }
 
     async fn create_batch(&self, req: CreateBatch<'_>) -> Result<RemoteBatch, UpstreamError> {
+        let BatchInput::File(input_file_id) = req.input else {
+            return Err(UpstreamError::new(
+                ProviderKind::Openai,
+                ErrorKind::Unsupported,
+                "OpenAI batches start from an uploaded file, not inline requests",
+            ));
+        };
         let body = WireCreateBatch {
-            input_file_id: req.input_file_id.as_str(),
+            input_file_id: input_file_id.as_str(),
             endpoint: req.endpoint.as_str(),
             completion_window: "24h",
             metadata: BTreeMap::from([(
@@ -621,6 +628,7 @@ impl From<WireBatch> for RemoteBatch {
             input_file_id: file_id(wire.input_file_id),
             output_file_id: file_id(wire.output_file_id),
             error_file_id: file_id(wire.error_file_id),
+            results_url: None,
             request_counts: wire.request_counts.unwrap_or_default(),
             errors: wire
                 .errors

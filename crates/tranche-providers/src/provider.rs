@@ -5,9 +5,9 @@ use std::path::Path;
 use serde_json::value::RawValue;
 use tranche_core::{Endpoint, ProviderKind, TrancheId};
 
-use crate::error::{LineParseError, UpstreamError};
+use crate::error::{ErrorKind, LineParseError, UpstreamError};
 use crate::types::{
-    BatchId, BatchPage, CreateBatch, FileId, RemoteBatch, ResultLine, UploadedFile,
+    BatchId, BatchPage, CreateBatch, FileId, InputTransport, RemoteBatch, ResultLine, UploadedFile,
 };
 
 /// A provider's batch API. Adapters talk HTTP; they know nothing of the store or the engine.
@@ -19,6 +19,11 @@ use crate::types::{
 #[async_trait::async_trait]
 pub trait Provider: Send + Sync + std::fmt::Debug {
     fn kind(&self) -> ProviderKind;
+
+    /// Whether batches start from an uploaded file or carry their requests inline.
+    fn transport(&self) -> InputTransport {
+        InputTransport::UploadFile
+    }
 
     /// Appends one input JSONL line (with trailing '\n') for a request to `out`.
     fn write_input_line(
@@ -60,6 +65,23 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
 
     /// Deletes a file; a file that is already gone (404) counts as deleted.
     async fn delete_file(&self, id: &FileId) -> Result<(), UpstreamError>;
+
+    /// Streams a batch's results from its `results_url` to `dest`, for providers that serve
+    /// results that way. Returns bytes written.
+    async fn download_results(&self, results_url: &str, dest: &Path) -> Result<u64, UpstreamError> {
+        let _ = (results_url, dest);
+        Err(UpstreamError::new(
+            self.kind(),
+            ErrorKind::Unsupported,
+            "this provider serves results as files",
+        ))
+    }
+
+    /// Deletes an ended batch, for providers that have such an operation; a no-op elsewhere.
+    async fn delete_batch(&self, id: &BatchId) -> Result<(), UpstreamError> {
+        let _ = id;
+        Ok(())
+    }
 
     /// Reads one line of an output or error file.
     fn parse_result_line(&self, line: &str) -> Result<ResultLine, LineParseError>;

@@ -138,6 +138,10 @@ pub struct RemoteBatch {
     /// Unix seconds.
     pub created_at: i64,
     pub expires_at: Option<i64>,
+    /// Where the results can be fetched, for providers that serve them from a URL rather than
+    /// as files (Anthropic's `results_url`).
+    #[serde(default)]
+    pub results_url: Option<String>,
 }
 
 impl RemoteBatch {
@@ -156,11 +160,31 @@ pub struct BatchPage {
     pub last_id: Option<BatchId>,
 }
 
+/// How a provider takes a batch's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputTransport {
+    /// Upload a JSONL file first, then create the batch from its id (OpenAI, Azure).
+    UploadFile,
+    /// Send the requests inside the create call (Anthropic).
+    Inline,
+}
+
+/// A batch's input, as its provider's transport wants it.
+#[derive(Debug, Clone, Copy)]
+pub enum BatchInput<'a> {
+    /// An uploaded file.
+    File(&'a FileId),
+    /// A local JSONL file of input lines (as written by `Provider::write_input_line`), sent
+    /// in the create call.
+    Inline(&'a std::path::Path),
+}
+
 /// What to create a batch from.
 #[derive(Debug, Clone)]
 pub struct CreateBatch<'a> {
     pub tranche_id: TrancheId,
-    pub input_file_id: &'a FileId,
+    pub input: BatchInput<'a>,
     pub endpoint: Endpoint,
 }
 

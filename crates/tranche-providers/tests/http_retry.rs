@@ -11,8 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tranche_core::{Endpoint, TrancheId};
 use tranche_providers::{
-    BatchId, CreateBatch, ErrorKind, FileId, OpenAiConfig, OpenAiProvider, Provider, RetryPolicy,
-    http_client,
+    BatchId, BatchInput, CreateBatch, ErrorKind, FileId, OpenAiConfig, OpenAiProvider, Provider,
+    RetryPolicy, http_client,
 };
 
 const KEY: &str = "sk-scripted-secret-0123456789";
@@ -181,7 +181,7 @@ async fn create_is_never_retried() {
     let err = provider(&server.base_url)
         .create_batch(CreateBatch {
             tranche_id: TrancheId::new(),
-            input_file_id: &file,
+            input: BatchInput::File(&file),
             endpoint: Endpoint::ChatCompletions,
         })
         .await

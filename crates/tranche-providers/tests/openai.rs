@@ -11,7 +11,7 @@ use secrecy::SecretString;
 use serde_json::value::RawValue;
 use tranche_core::{Endpoint, TrancheId};
 use tranche_providers::{
-    BatchId, BatchStatus, CreateBatch, ErrorKind, FileId, LineOutcome, OpenAiConfig,
+    BatchId, BatchInput, BatchStatus, CreateBatch, ErrorKind, FileId, LineOutcome, OpenAiConfig,
     OpenAiProvider, Provider, RemoteBatch, http_client,
 };
 use tranche_sim::{SimConfig, SimHandle, Simulator};
@@ -75,7 +75,7 @@ async fn submit(
     let batch = provider
         .create_batch(CreateBatch {
             tranche_id: tranche,
-            input_file_id: &file.id,
+            input: BatchInput::File(&file.id),
             endpoint: Endpoint::ChatCompletions,
         })
         .await
@@ -101,7 +101,7 @@ async fn full_lifecycle() {
     let created = provider
         .create_batch(CreateBatch {
             tranche_id: tranche,
-            input_file_id: &file.id,
+            input: BatchInput::File(&file.id),
             endpoint: Endpoint::ChatCompletions,
         })
         .await

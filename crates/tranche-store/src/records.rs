@@ -88,6 +88,7 @@ pub struct TokenTotals {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingItem {
     pub request_id: i64,
+    pub wire_id: String,
     pub endpoint: Endpoint,
     pub model: String,
     pub wire_bytes: u64,
@@ -119,6 +120,8 @@ pub struct TrancheRecord {
     pub batch_status: Option<String>,
     pub output_file_id: Option<String>,
     pub error_file_id: Option<String>,
+    /// Where the provider serves the results, when not as files.
+    pub results_url: Option<String>,
     /// Whole-batch errors the provider reported (JSON array).
     pub batch_errors: Option<serde_json::Value>,
     /// The last upstream error met while working on this tranche.

@@ -251,7 +251,7 @@ impl Store {
     /// Requests of one provider waiting for a tranche, in the order they were accepted.
     pub async fn pending_items(&self, provider: ProviderKind) -> StoreResult<Vec<PendingItem>> {
         let rows = sqlx::query(
-            "SELECT id, endpoint, model, wire_bytes FROM requests
+            "SELECT id, endpoint, model, wire_bytes, wire_id FROM requests
              WHERE state = 'pending' AND provider = ? ORDER BY endpoint, model, id",
         )
         .bind(provider.as_str())
@@ -265,6 +265,7 @@ impl Store {
                     endpoint: parse::<Endpoint>("endpoint", &endpoint)?,
                     model: row.try_get(2)?,
                     wire_bytes: to_u64(row.try_get(3)?),
+                    wire_id: row.try_get(4)?,
                 })
             })
             .collect()
@@ -380,6 +381,7 @@ impl Store {
                 batch_status = COALESCE(?, batch_status),
                 output_file_id = COALESCE(?, output_file_id),
                 error_file_id = COALESCE(?, error_file_id),
+                results_url = COALESCE(?, results_url),
                 batch_errors = COALESCE(?, batch_errors),
                 last_error = ?,
                 not_before = ?,
@@ -392,6 +394,7 @@ impl Store {
         .bind(update.batch_status)
         .bind(update.output_file_id)
         .bind(update.error_file_id)
+        .bind(update.results_url)
         .bind(update.batch_errors.map(|v| v.to_string()))
         .bind(update.last_error.map(|v| v.to_string()))
         .bind(update.not_before)
@@ -523,6 +526,7 @@ pub struct TrancheUpdate {
     pub batch_status: Option<String>,
     pub output_file_id: Option<String>,
     pub error_file_id: Option<String>,
+    pub results_url: Option<String>,
     pub batch_errors: Option<serde_json::Value>,
     /// Replaces the last error (`None` clears it).
     pub last_error: Option<serde_json::Value>,
@@ -540,6 +544,7 @@ impl TrancheUpdate {
             batch_status: None,
             output_file_id: None,
             error_file_id: None,
+            results_url: None,
             batch_errors: None,
             last_error: None,
             not_before: at,
@@ -724,6 +729,7 @@ fn tranche_from_row(row: &SqliteRow) -> StoreResult<TrancheRecord> {
         batch_status: row.try_get("batch_status")?,
         output_file_id: row.try_get("output_file_id")?,
         error_file_id: row.try_get("error_file_id")?,
+        results_url: row.try_get("results_url")?,
         batch_errors: json_opt(row.try_get("batch_errors")?)?,
         last_error: json_opt(row.try_get("last_error")?)?,
         not_before: row.try_get("not_before")?,

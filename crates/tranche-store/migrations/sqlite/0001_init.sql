@@ -28,6 +28,7 @@ CREATE TABLE tranches (
     batch_status   TEXT,
     output_file_id TEXT,
     error_file_id  TEXT,
+    results_url    TEXT,
     batch_errors   TEXT,
     last_error     TEXT,
     not_before     INTEGER NOT NULL DEFAULT 0,
