@@ -1,10 +1,17 @@
 //! tranche-sim: a local, wire-faithful simulator of LLM batch APIs with a virtual clock.
 //!
-//! It serves the OpenAI Files + Batches API under `/v1` (bearer auth) and its own control surface
-//! under `/sim` (stats, ledger, clock, config). It is both a product (`tranche sim --port P`) and
-//! the ground truth for tranche's tests: two simulators can run side by side in one process, all
-//! state lives in the instance, and nothing sleeps. Batches move on a virtual clock (unix time at
-//! spawn + wall time × speed + explicit advances) that tests step forward:
+//! One port serves three providers and a control surface:
+//! - OpenAI Files + Batches under `/v1` (bearer auth): base URL `http://127.0.0.1:P/v1`;
+//! - Azure OpenAI Files + Batches under `/openai/v1` and the dated `/openai/...?api-version=`
+//!   (`api-key` or bearer): endpoint `http://127.0.0.1:P`;
+//! - Anthropic Message Batches under `/v1/messages/batches` (`x-api-key` or bearer, plus
+//!   `anthropic-version`): base URL `http://127.0.0.1:P`;
+//! - `/sim` (no auth): stats, ledger, clock, config.
+//!
+//! It is both a product (`tranche sim --port P`) and the ground truth for tranche's tests: several
+//! simulators can run side by side in one process, all state lives in the instance, and nothing
+//! sleeps (but an injected latency fault). Batches move on a virtual clock (unix time at spawn + wall time × speed + explicit
+//! advances) that tests step forward:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tranche_sim::SimError> {
@@ -19,17 +26,22 @@
 //!
 //! Modules: `clock` (virtual time), `config` (run-time settings), `state` (provider-neutral store
 //! and batch life cycle), `validate` (JSONL input checks), `model` and `schema` (the deterministic
-//! fake model), `openai` (routes and wire shapes), `control` (`/sim`), `stats` (counters, ledger).
+//! fake model), `openai` (OpenAI and Azure routes and wire shapes), `anthropic` (Message Batches),
+//! `faults` (HTTP fault injection), `time` (wire timestamps), `control` (`/sim`), `stats`
+//! (counters, ledger).
 
+mod anthropic;
 mod clock;
 mod config;
 mod control;
 mod error;
+mod faults;
 mod model;
 mod openai;
 mod schema;
 mod state;
 mod stats;
+mod time;
 mod validate;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -40,7 +52,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use config::{DEFAULT_MAX_FILE_BYTES, LineFault, LineFaultKind, ProcessingConfig, SimConfig};
+pub use config::{
+    AZURE_API_VERSIONS, AnthropicConfig, AzureConfig, DEFAULT_MAX_FILE_BYTES, FAULT_OPERATIONS,
+    HttpFault, HttpFaultKind, LineFault, LineFaultKind, OpenAiConfig, ProcessingConfig, SimConfig,
+};
 pub use error::SimError;
 pub use stats::{ByProvider, LedgerEntry, LedgerOutcome, ProviderStats, SimStats};
 
@@ -50,12 +65,15 @@ use state::{SharedSim, Sim, lock};
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
     pub(crate) sim: SharedSim,
+    /// The bound address (for absolute URLs when a request has no `Host`).
+    pub(crate) addr: SocketAddr,
 }
 
 /// The whole HTTP surface of one simulator.
 fn app(state: AppState) -> Router {
     Router::new()
         .merge(openai::router(state.clone()))
+        .merge(anthropic::router(&state))
         .merge(control::router())
         .fallback(openai::invalid_url)
         .method_not_allowed_fallback(openai::invalid_url)
@@ -79,7 +97,7 @@ impl Simulator {
             TcpListener::bind(addr).await.map_err(|source| SimError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| SimError::Bind { addr, source })?;
         let sim: SharedSim = Arc::new(Mutex::new(Sim::new(config)));
-        let router = app(AppState { sim: sim.clone() });
+        let router = app(AppState { sim: sim.clone(), addr: local });
         let (shutdown, signal) = oneshot::channel::<()>();
         let server = axum::serve(listener, router).with_graceful_shutdown(async move {
             // Fires on an explicit shutdown and when the handle is dropped.
@@ -114,6 +132,17 @@ impl SimHandle {
     /// `http://127.0.0.1:PORT/v1`: the `base_url` for OpenAI clients.
     pub fn openai_base_url(&self) -> String {
         format!("{}/v1", self.base_url())
+    }
+
+    /// `http://127.0.0.1:PORT`: the Azure OpenAI endpoint (`azure_endpoint` of `AzureOpenAI`;
+    /// the v1 surface is under `/openai/v1`, the dated one under `/openai/...?api-version=`).
+    pub fn azure_endpoint(&self) -> String {
+        self.base_url()
+    }
+
+    /// `http://127.0.0.1:PORT`: the `base_url` for Anthropic clients.
+    pub fn anthropic_base_url(&self) -> String {
+        self.base_url()
     }
 
     /// Current virtual unix time in seconds.
@@ -151,6 +180,24 @@ impl SimHandle {
             tracing::warn!(error = %e, "simulator config out of range; using safe values");
         }
         lock(&self.sim).set_config(config.sanitized());
+    }
+
+    /// Changes the config in place at run time (e.g. `|c| c.faults.push(fault)`), like
+    /// [`SimHandle::set_config`].
+    pub fn update_config(&self, change: impl FnOnce(&mut SimConfig)) {
+        let mut config = self.config();
+        change(&mut config);
+        self.set_config(config);
+    }
+
+    /// Replaces the HTTP faults (an empty list clears them).
+    pub fn set_faults(&self, faults: Vec<HttpFault>) {
+        self.update_config(|c| c.faults = faults);
+    }
+
+    /// Replaces the line faults (an empty list clears them).
+    pub fn set_line_faults(&self, line_faults: Vec<LineFault>) {
+        self.update_config(|c| c.line_faults = line_faults);
     }
 
     /// Stops the server gracefully and waits for it.

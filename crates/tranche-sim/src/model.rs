@@ -2,8 +2,14 @@
 //! body of the right shape, the same answer for the same request every time.
 //!
 //! Content is a short sentence carrying a hash of the request; under structured output
-//! (`response_format` / `text.format` of type `json_schema`) it is a JSON instance of the schema.
-//! Token counts are estimated as characters / 4 (at least 1).
+//! (`response_format` / `text.format` / Anthropic `output_format` of type `json_schema`) it is a
+//! JSON instance of the schema. Token counts are estimated as characters / 4 (at least 1). When a
+//! request repeats a prompt prefix (every message but the last, plus any system prompt or
+//! instructions) already seen by this simulator for the same provider and model, the prefix's
+//! tokens are reported as cached. A line fault can corrupt the answer (invalid JSON, or JSON that
+//! violates the schema) while the request still succeeds and is billed.
+
+use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -14,8 +20,65 @@ use crate::schema;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ModelOutput {
     pub body: Value,
+    /// All input tokens, cached ones included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The part of `input_tokens` read from the prompt cache.
+    pub cached_tokens: u64,
+}
+
+/// How a line fault spoils an otherwise successful answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Corruption {
+    /// The answer text is not parseable JSON.
+    InvalidJson,
+    /// The answer is JSON that does not fit the requested schema.
+    SchemaViolation,
+}
+
+/// Prompt prefixes seen so far (hashes of provider, model and prefix).
+#[derive(Debug, Default)]
+pub(crate) struct PromptCache(HashSet<[u8; 32]>);
+
+impl PromptCache {
+    /// Whether the prefix was seen before; remembers it either way.
+    fn hit(&mut self, scope: &str, model: &str, prefix: &str) -> bool {
+        let mut key = [0u8; 32];
+        let digest = Sha256::new()
+            .chain_update(scope.as_bytes())
+            .chain_update([0])
+            .chain_update(model.as_bytes())
+            .chain_update([0])
+            .chain_update(prefix.as_bytes())
+            .finalize();
+        key.copy_from_slice(&digest);
+        !self.0.insert(key)
+    }
+}
+
+/// What one run may use besides the request: the virtual time, a nonce for ids, the answer
+/// corruption to apply, and the prompt cache of the simulator.
+#[derive(Debug)]
+pub(crate) struct RunContext<'a> {
+    pub created: i64,
+    pub nonce: &'a str,
+    pub corruption: Option<Corruption>,
+    /// Provider name: caches are per provider.
+    pub scope: &'a str,
+    pub cache: &'a mut PromptCache,
+}
+
+impl RunContext<'_> {
+    /// Tokens of `prefix` if it was seen before (then they are cached), else 0.
+    fn cached(&mut self, model: &str, prefix: Option<(&str, u64)>, input_tokens: u64) -> u64 {
+        match prefix {
+            Some((text, tokens)) if !text.is_empty() && self.cache.hit(self.scope, model, text) => {
+                // The last message is never cached, so at least one input token is not.
+                tokens.min(input_tokens.saturating_sub(1))
+            }
+            _ => 0,
+        }
+    }
 }
 
 /// The request cannot be served as sent (the real API would answer HTTP 400).
@@ -31,26 +94,42 @@ impl ModelRejection {
     }
 }
 
-/// Runs one request. `created` is the virtual time; `nonce` makes response ids unique per run.
+/// Runs one OpenAI-shaped request against `endpoint`.
 pub(crate) fn run(
     endpoint: &str,
     body: &Value,
-    created: i64,
-    nonce: &str,
+    ctx: &mut RunContext<'_>,
 ) -> Result<ModelOutput, ModelRejection> {
     let Some(obj) = body.as_object() else {
         return Err(ModelRejection::new("The request body must be a JSON object.", Some("body")));
     };
     match endpoint {
-        "/v1/chat/completions" | "/chat/completions" => chat(obj, created, nonce),
+        "/v1/chat/completions" | "/chat/completions" => chat(obj, ctx),
         "/v1/embeddings" | "/embeddings" => embeddings(obj),
-        "/v1/responses" | "/responses" => responses(obj, created, nonce),
-        "/v1/completions" | "/completions" => completions(obj, created, nonce),
-        "/v1/moderations" | "/moderations" => moderations(obj, nonce),
+        "/v1/responses" | "/responses" => responses(obj, ctx),
+        "/v1/completions" | "/completions" => completions(obj, ctx),
+        "/v1/moderations" | "/moderations" => moderations(obj, ctx.nonce),
         other => {
             Err(ModelRejection::new(format!("The simulator does not implement {other}."), None))
         }
     }
+}
+
+/// Estimated prompt tokens of an OpenAI-shaped request body (what counts against an enqueued-token
+/// limit).
+pub(crate) fn request_tokens(endpoint: &str, body: &Value) -> u64 {
+    let text = match endpoint.trim_start_matches("/v1") {
+        "/chat/completions" => body.get("messages").map(text_of),
+        "/responses" => {
+            let mut t = body.get("instructions").map(text_of).unwrap_or_default();
+            t.push_str(&body.get("input").map(text_of).unwrap_or_default());
+            Some(t)
+        }
+        "/embeddings" | "/moderations" => body.get("input").map(text_of),
+        "/completions" => body.get("prompt").map(text_of),
+        _ => None,
+    };
+    tokens_for_chars(text.unwrap_or_else(|| text_of(body)).chars().count())
 }
 
 /// Rough token estimate of a text length: chars / 4, at least 1.
@@ -110,25 +189,41 @@ fn snippet(text: &str) -> String {
     short
 }
 
-/// The answer text: a sentence, a JSON object, or a schema instance.
-fn answer(format: Option<&Value>, request_hash: &str, prompt: &str) -> String {
+/// The answer text: a sentence, a JSON object, or a schema instance; spoiled if asked to.
+fn answer(
+    format: Option<&Value>,
+    request_hash: &str,
+    prompt: &str,
+    corruption: Option<Corruption>,
+) -> String {
     let sentence = format!("Simulated answer {request_hash} to \"{}\".", snippet(prompt));
-    let Some(format) = format else {
-        return sentence;
+    let kind = format.and_then(|f| f.get("type")).and_then(Value::as_str);
+    // Chat nests the schema (`json_schema.schema`); Responses and Anthropic put it on the format.
+    let schema = format
+        .filter(|_| kind == Some("json_schema"))
+        .map(|f| f.get("json_schema").and_then(|j| j.get("schema")).or_else(|| f.get("schema")))
+        .map(|s| s.cloned().unwrap_or_else(|| json!({"type": "object"})));
+    let valid = match (&schema, kind) {
+        (Some(schema), _) => schema::instance(schema, request_hash).to_string(),
+        (None, Some("json_object")) => json!({"answer": sentence}).to_string(),
+        _ => sentence.clone(),
     };
-    match format.get("type").and_then(Value::as_str) {
-        Some("json_schema") => {
-            // Chat nests the schema (`json_schema.schema`); Responses puts it on the format itself.
-            let schema = format
-                .get("json_schema")
-                .and_then(|j| j.get("schema"))
-                .or_else(|| format.get("schema"))
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"}));
-            schema::instance(&schema, request_hash).to_string()
+    match corruption {
+        None => valid,
+        Some(Corruption::InvalidJson) => {
+            // The first half of a JSON document: an unterminated object, never parseable.
+            let json_text = if valid.starts_with('{') {
+                valid
+            } else {
+                json!({"answer": sentence}).to_string()
+            };
+            let half: String = json_text.chars().take(json_text.chars().count() / 2).collect();
+            if half.len() < 2 { "{\"answer\": ".to_owned() } else { half }
         }
-        Some("json_object") => json!({"answer": sentence}).to_string(),
-        _ => sentence,
+        Some(Corruption::SchemaViolation) => match &schema {
+            Some(schema) => schema::violation(schema, request_hash).to_string(),
+            None => json!({"sim_unexpected_field": request_hash}).to_string(),
+        },
     }
 }
 
@@ -145,11 +240,7 @@ fn truncate_to(text: &mut String, max_tokens: Option<u64>) -> bool {
     true
 }
 
-fn chat(
-    obj: &Map<String, Value>,
-    created: i64,
-    nonce: &str,
-) -> Result<ModelOutput, ModelRejection> {
+fn chat(obj: &Map<String, Value>, ctx: &mut RunContext<'_>) -> Result<ModelOutput, ModelRejection> {
     let model = require_model(obj)?;
     let messages =
         obj.get("messages").and_then(Value::as_array).filter(|m| !m.is_empty()).ok_or_else(
@@ -173,7 +264,7 @@ fn chat(
         .and_then(|m| m.get("content"))
         .map(text_of)
         .unwrap_or_default();
-    let mut content = answer(obj.get("response_format"), &request_hash, &last_user);
+    let mut content = answer(obj.get("response_format"), &request_hash, &last_user, ctx.corruption);
     let max =
         obj.get("max_completion_tokens").or_else(|| obj.get("max_tokens")).and_then(Value::as_u64);
     let cut = truncate_to(&mut content, max);
@@ -181,10 +272,19 @@ fn chat(
     messages.iter().for_each(|m| collect_text(m, &mut request_text));
     let input_tokens = tokens_for_chars(request_text.chars().count());
     let output_tokens = tokens_for_chars(content.chars().count());
+    let prefix = messages.split_last().map(|(_, rest)| rest).filter(|rest| !rest.is_empty());
+    let prefix = prefix.map(|rest| {
+        let canonical = canonical.get(..rest.len()).unwrap_or_default().join("\n");
+        let mut text = String::new();
+        rest.iter().for_each(|m| collect_text(m, &mut text));
+        (canonical, tokens_for_chars(text.chars().count()))
+    });
+    let cached_tokens =
+        ctx.cached(model, prefix.as_ref().map(|(c, t)| (c.as_str(), *t)), input_tokens);
     let body = json!({
-        "id": format!("chatcmpl-{}", digest_hex(&[nonce.as_bytes()], 12)),
+        "id": format!("chatcmpl-{}", digest_hex(&[ctx.nonce.as_bytes()], 12)),
         "object": "chat.completion",
-        "created": created,
+        "created": ctx.created,
         "model": model,
         "choices": [{
             "index": 0,
@@ -196,7 +296,7 @@ fn chat(
             "prompt_tokens": input_tokens,
             "completion_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": 0,
                 "audio_tokens": 0,
@@ -207,7 +307,7 @@ fn chat(
         "service_tier": "default",
         "system_fingerprint": "fp_tranche_sim",
     });
-    Ok(ModelOutput { body, input_tokens, output_tokens })
+    Ok(ModelOutput { body, input_tokens, output_tokens, cached_tokens })
 }
 
 /// One embedding input: text, or token ids.
@@ -300,13 +400,12 @@ fn embeddings(obj: &Map<String, Value>) -> Result<ModelOutput, ModelRejection> {
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     });
-    Ok(ModelOutput { body, input_tokens: tokens, output_tokens: 0 })
+    Ok(ModelOutput { body, input_tokens: tokens, output_tokens: 0, cached_tokens: 0 })
 }
 
 fn responses(
     obj: &Map<String, Value>,
-    created: i64,
-    nonce: &str,
+    ctx: &mut RunContext<'_>,
 ) -> Result<ModelOutput, ModelRejection> {
     let model = require_model(obj)?;
     let input = obj
@@ -331,15 +430,26 @@ fn responses(
             .unwrap_or_default(),
     };
     let format = obj.get("text").and_then(|t| t.get("format"));
-    let mut text = answer(format, &request_hash, &prompt);
+    let mut text = answer(format, &request_hash, &prompt, ctx.corruption);
     let cut = truncate_to(&mut text, obj.get("max_output_tokens").and_then(Value::as_u64));
     let input_tokens = tokens_for_chars(request_text.chars().count());
     let output_tokens = tokens_for_chars(text.chars().count());
-    let id = digest_hex(&[nonce.as_bytes()], 16);
+    // The prefix: the instructions plus every input item but the last.
+    let earlier = input.as_array().and_then(|items| items.split_last()).map(|(_, rest)| rest);
+    let prefix_value = json!([obj.get("instructions"), earlier]);
+    let has_prefix = obj.get("instructions").is_some() || earlier.is_some_and(|r| !r.is_empty());
+    let prefix_tokens = tokens_for_chars(text_of(&prefix_value).chars().count());
+    let prefix_text = prefix_value.to_string();
+    let cached_tokens = ctx.cached(
+        model,
+        has_prefix.then_some((prefix_text.as_str(), prefix_tokens)),
+        input_tokens,
+    );
+    let id = digest_hex(&[ctx.nonce.as_bytes()], 16);
     let body = json!({
         "id": format!("resp_{id}"),
         "object": "response",
-        "created_at": created,
+        "created_at": ctx.created,
         "status": if cut { "incomplete" } else { "completed" },
         "error": null,
         "incomplete_details": if cut { json!({"reason": "max_output_tokens"}) } else { Value::Null },
@@ -358,33 +468,32 @@ fn responses(
         "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
         "usage": {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached_tokens},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,
         },
     });
-    Ok(ModelOutput { body, input_tokens, output_tokens })
+    Ok(ModelOutput { body, input_tokens, output_tokens, cached_tokens })
 }
 
 fn completions(
     obj: &Map<String, Value>,
-    created: i64,
-    nonce: &str,
+    ctx: &mut RunContext<'_>,
 ) -> Result<ModelOutput, ModelRejection> {
     let model = require_model(obj)?;
     let prompt = obj.get("prompt").map(text_of).ok_or_else(|| {
         ModelRejection::new("Missing required parameter: 'prompt'.", Some("prompt"))
     })?;
     let request_hash = digest_hex(&[model.as_bytes(), prompt.as_bytes()], 4);
-    let mut text = answer(None, &request_hash, &prompt);
+    let mut text = answer(None, &request_hash, &prompt, ctx.corruption);
     let cut = truncate_to(&mut text, obj.get("max_tokens").and_then(Value::as_u64));
     let input_tokens = tokens_for_chars(prompt.chars().count());
     let output_tokens = tokens_for_chars(text.chars().count());
     let body = json!({
-        "id": format!("cmpl-{}", digest_hex(&[nonce.as_bytes()], 12)),
+        "id": format!("cmpl-{}", digest_hex(&[ctx.nonce.as_bytes()], 12)),
         "object": "text_completion",
-        "created": created,
+        "created": ctx.created,
         "model": model,
         "choices": [{"text": text, "index": 0, "logprobs": null, "finish_reason": if cut { "length" } else { "stop" }}],
         "usage": {
@@ -393,7 +502,7 @@ fn completions(
             "total_tokens": input_tokens + output_tokens,
         },
     });
-    Ok(ModelOutput { body, input_tokens, output_tokens })
+    Ok(ModelOutput { body, input_tokens, output_tokens, cached_tokens: 0 })
 }
 
 fn moderations(obj: &Map<String, Value>, nonce: &str) -> Result<ModelOutput, ModelRejection> {
@@ -427,7 +536,151 @@ fn moderations(obj: &Map<String, Value>, nonce: &str) -> Result<ModelOutput, Mod
         "model": obj.get("model").and_then(Value::as_str).unwrap_or("omni-moderation-latest"),
         "results": vec![result; count],
     });
-    Ok(ModelOutput { body, input_tokens, output_tokens: 0 })
+    Ok(ModelOutput { body, input_tokens, output_tokens: 0, cached_tokens: 0 })
+}
+
+/// Base62 text of a hash, `len` characters (Anthropic-style ids).
+pub(crate) fn base62(parts: &[&[u8]], len: usize) -> String {
+    const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut out = String::with_capacity(len);
+    let mut block = 0u32;
+    while out.len() < len {
+        let mut h = Sha256::new();
+        for p in parts {
+            h.update(p);
+            h.update([0xff]);
+        }
+        h.update(block.to_le_bytes());
+        for b in h.finalize() {
+            if out.len() == len {
+                break;
+            }
+            out.push(char::from(ALPHABET[usize::from(b) % 62]));
+        }
+        block += 1;
+    }
+    out
+}
+
+/// Checks Anthropic Messages params the way the API would (a failure becomes an `errored`
+/// result with `invalid_request_error`).
+fn check_anthropic_params(obj: &Map<String, Value>) -> Result<(), ModelRejection> {
+    let reject = |m: &str| Err(ModelRejection::new(m, None));
+    match obj.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => {}
+        Some(_) => return reject("model: Input should be a valid string"),
+        None => return reject("model: Field required"),
+    }
+    match obj.get("max_tokens") {
+        None => return reject("max_tokens: Field required"),
+        Some(v) if v.as_u64().is_some_and(|n| n >= 1) => {}
+        Some(v) if v.is_i64() || v.is_u64() => {
+            return reject("max_tokens: Input should be greater than or equal to 1");
+        }
+        Some(_) => return reject("max_tokens: Input should be a valid integer"),
+    }
+    let Some(messages) = obj.get("messages") else {
+        return reject("messages: Field required");
+    };
+    let Some(messages) = messages.as_array() else {
+        return reject("messages: Input should be a valid list");
+    };
+    if messages.is_empty() {
+        return reject("messages: at least one message is required");
+    }
+    for (i, m) in messages.iter().enumerate() {
+        match m.get("role").and_then(Value::as_str) {
+            Some("user" | "assistant") => {}
+            _ => {
+                return Err(ModelRejection::new(
+                    format!("messages.{i}.role: Input should be 'user' or 'assistant'"),
+                    None,
+                ));
+            }
+        }
+        match m.get("content") {
+            Some(Value::String(_) | Value::Array(_)) => {}
+            _ => {
+                return Err(ModelRejection::new(
+                    format!("messages.{i}.content: Field required"),
+                    None,
+                ));
+            }
+        }
+    }
+    if obj.get("stream").and_then(Value::as_bool) == Some(true) {
+        return reject("stream: Streaming is not supported in the Message Batches API.");
+    }
+    if obj.contains_key("speed") {
+        return reject("speed: Fast mode is not supported in the Message Batches API.");
+    }
+    Ok(())
+}
+
+/// Runs one Anthropic Messages request (the `params` of a batch request).
+pub(crate) fn anthropic_message(
+    params: &Value,
+    ctx: &mut RunContext<'_>,
+) -> Result<ModelOutput, ModelRejection> {
+    let Some(obj) = params.as_object() else {
+        return Err(ModelRejection::new("params: Input should be a valid dictionary", None));
+    };
+    check_anthropic_params(obj)?;
+    let model = obj.get("model").and_then(Value::as_str).unwrap_or_default();
+    let messages =
+        obj.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let system = obj.get("system");
+    let canonical: Vec<String> = messages.iter().map(Value::to_string).collect();
+    let system_text = system.map(Value::to_string).unwrap_or_default();
+    let mut parts: Vec<&[u8]> = vec![model.as_bytes(), system_text.as_bytes()];
+    parts.extend(canonical.iter().map(String::as_bytes));
+    let request_hash = digest_hex(&parts, 4);
+    let last_user = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|m| m.get("content"))
+        .map(text_of)
+        .unwrap_or_default();
+    // Structured outputs: `output_config.format` (GA) or `output_format` (beta).
+    let format =
+        obj.get("output_config").and_then(|c| c.get("format")).or_else(|| obj.get("output_format"));
+    let mut text = answer(format, &request_hash, &last_user, ctx.corruption);
+    let cut = truncate_to(&mut text, obj.get("max_tokens").and_then(Value::as_u64));
+    let mut request_text = system.map(text_of).unwrap_or_default();
+    messages.iter().for_each(|m| collect_text(m, &mut request_text));
+    let total_input = tokens_for_chars(request_text.chars().count());
+    let output_tokens = tokens_for_chars(text.chars().count());
+    let earlier = messages.split_last().map(|(_, rest)| rest).unwrap_or_default();
+    let prefix = (system.is_some() || !earlier.is_empty()).then(|| {
+        let mut prefix_text = system.map(text_of).unwrap_or_default();
+        earlier.iter().for_each(|m| collect_text(m, &mut prefix_text));
+        let canonical = format!(
+            "{system_text}\n{}",
+            canonical.get(..earlier.len()).unwrap_or_default().join("\n")
+        );
+        (canonical, tokens_for_chars(prefix_text.chars().count()))
+    });
+    let cached_tokens =
+        ctx.cached(model, prefix.as_ref().map(|(c, t)| (c.as_str(), *t)), total_input);
+    let body = json!({
+        "id": format!("msg_01{}", base62(&[ctx.nonce.as_bytes()], 22)),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": if cut { "max_tokens" } else { "end_turn" },
+        "stop_sequence": null,
+        "usage": {
+            // Anthropic counts cache reads apart from `input_tokens`.
+            "input_tokens": total_input - cached_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached_tokens,
+            "output_tokens": output_tokens,
+            "service_tier": "batch",
+        },
+    });
+    Ok(ModelOutput { body, input_tokens: total_input, output_tokens, cached_tokens })
 }
 
 /// Standard base64 with padding (what the embeddings API returns for `encoding_format: base64`).
@@ -452,16 +705,24 @@ fn base64_encode(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    fn ctx<'a>(cache: &'a mut PromptCache, corruption: Option<Corruption>) -> RunContext<'a> {
+        RunContext { created: 100, nonce: "n1", corruption, scope: "openai", cache }
+    }
+
+    fn go(endpoint: &str, body: &Value) -> Result<ModelOutput, ModelRejection> {
+        run(endpoint, body, &mut ctx(&mut PromptCache::default(), None))
+    }
+
     fn chat_body(content: &str) -> Value {
         json!({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": content}]})
     }
 
     #[test]
     fn chat_is_deterministic_and_well_formed() {
-        let a = run("/v1/chat/completions", &chat_body("Classify this ticket"), 100, "n1").unwrap();
-        let b = run("/v1/chat/completions", &chat_body("Classify this ticket"), 100, "n1").unwrap();
+        let a = go("/v1/chat/completions", &chat_body("Classify this ticket")).unwrap();
+        let b = go("/v1/chat/completions", &chat_body("Classify this ticket")).unwrap();
         assert_eq!(a, b);
-        let c = run("/v1/chat/completions", &chat_body("Another ticket"), 100, "n1").unwrap();
+        let c = go("/v1/chat/completions", &chat_body("Another ticket")).unwrap();
         let content = |o: &ModelOutput| o.body["choices"][0]["message"]["content"].clone();
         assert_ne!(content(&a), content(&c));
         assert_eq!(a.body["object"], "chat.completion");
@@ -481,7 +742,7 @@ mod tests {
         body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": {
             "type": "object", "properties": {"intent": {"type": "string", "enum": ["refund", "bug"]}, "confidence": {"type": "number", "minimum": 0, "maximum": 1}},
             "required": ["intent", "confidence"], "additionalProperties": false}}});
-        let out = run("/v1/chat/completions", &body, 1, "n").unwrap();
+        let out = go("/v1/chat/completions", &body).unwrap();
         let content = out.body["choices"][0]["message"]["content"].as_str().unwrap();
         let parsed: Value = serde_json::from_str(content).unwrap();
         assert!(["refund", "bug"].contains(&parsed["intent"].as_str().unwrap()));
@@ -491,32 +752,26 @@ mod tests {
     fn chat_truncates_to_max_tokens() {
         let mut body = chat_body("a long question");
         body["max_completion_tokens"] = json!(2);
-        let out = run("/v1/chat/completions", &body, 1, "n").unwrap();
+        let out = go("/v1/chat/completions", &body).unwrap();
         assert_eq!(out.body["choices"][0]["finish_reason"], "length");
         assert!(out.output_tokens <= 2);
     }
 
     #[test]
     fn chat_rejects_missing_messages() {
-        let err = run("/v1/chat/completions", &json!({"model": "m"}), 1, "n").unwrap_err();
+        let err = go("/v1/chat/completions", &json!({"model": "m"})).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("messages"));
-        let err = run(
-            "/v1/chat/completions",
-            &json!({"messages": [{"role": "user", "content": "x"}]}),
-            1,
-            "n",
-        )
-        .unwrap_err();
+        let err =
+            go("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "x"}]}))
+                .unwrap_err();
         assert_eq!(err.param.as_deref(), Some("model"));
     }
 
     #[test]
     fn embeddings_one_per_input() {
-        let out = run(
+        let out = go(
             "/v1/embeddings",
             &json!({"model": "text-embedding-3-small", "input": ["a", "b", "a"]}),
-            1,
-            "n",
         )
         .unwrap();
         let data = out.body["data"].as_array().unwrap();
@@ -525,24 +780,15 @@ mod tests {
         assert_eq!(data[0]["embedding"].as_array().unwrap().len(), 16);
         assert_eq!(data[0]["embedding"], data[2]["embedding"]);
         assert_ne!(data[0]["embedding"], data[1]["embedding"]);
-        let b64 = run(
-            "/v1/embeddings",
-            &json!({"model": "m", "input": "a", "encoding_format": "base64"}),
-            1,
-            "n",
-        )
-        .unwrap();
+        let b64 =
+            go("/v1/embeddings", &json!({"model": "m", "input": "a", "encoding_format": "base64"}))
+                .unwrap();
         assert_eq!(b64.body["data"][0]["embedding"].as_str().unwrap().len(), 88);
     }
 
     #[test]
     fn responses_shape_and_schema() {
-        let out = run(
-            "/v1/responses",
-            &json!({"model": "gpt-4.1", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}}),
-            5,
-            "n",
-        )
+        let out = go("/v1/responses", &json!({"model": "gpt-4.1", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}}))
         .unwrap();
         assert_eq!(out.body["object"], "response");
         assert_eq!(out.body["output"][0]["type"], "message");
@@ -564,5 +810,139 @@ mod tests {
         assert_eq!(tokens_for_chars(0), 1);
         assert_eq!(tokens_for_chars(7), 1);
         assert_eq!(tokens_for_chars(400), 100);
+    }
+
+    #[test]
+    fn repeated_prefixes_are_cached() {
+        let mut cache = PromptCache::default();
+        let body = |q: &str| {
+            json!({"model": "m", "messages": [
+                {"role": "system", "content": "You label support tickets into categories. ".repeat(8)},
+                {"role": "user", "content": q}]})
+        };
+        let first = run("/v1/chat/completions", &body("a"), &mut ctx(&mut cache, None)).unwrap();
+        assert_eq!(first.cached_tokens, 0);
+        let second = run("/v1/chat/completions", &body("b"), &mut ctx(&mut cache, None)).unwrap();
+        assert!(second.cached_tokens > 50, "{second:?}");
+        assert!(second.cached_tokens < second.input_tokens);
+        assert_eq!(
+            second.body["usage"]["prompt_tokens_details"]["cached_tokens"],
+            second.cached_tokens
+        );
+        // Another model has its own cache; a single message has no prefix.
+        let mut other = body("c");
+        other["model"] = json!("m2");
+        assert_eq!(
+            run("/v1/chat/completions", &other, &mut ctx(&mut cache, None)).unwrap().cached_tokens,
+            0
+        );
+        let lone = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
+        for _ in 0..2 {
+            assert_eq!(
+                run("/v1/chat/completions", &lone, &mut ctx(&mut cache, None))
+                    .unwrap()
+                    .cached_tokens,
+                0
+            );
+        }
+    }
+
+    #[test]
+    fn corrupted_answers() {
+        let mut body = chat_body("ticket");
+        body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"intent": {"type": "string"}}, "required": ["intent"]}}});
+        let content = |c| {
+            let out = run("/v1/chat/completions", &body, &mut ctx(&mut PromptCache::default(), c))
+                .unwrap();
+            out.body["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+        };
+        assert!(serde_json::from_str::<Value>(&content(None)).is_ok());
+        assert!(serde_json::from_str::<Value>(&content(Some(Corruption::InvalidJson))).is_err());
+        let v: Value = serde_json::from_str(&content(Some(Corruption::SchemaViolation))).unwrap();
+        assert!(v.get("intent").is_none(), "{v}");
+        let plain = run(
+            "/v1/chat/completions",
+            &chat_body("x"),
+            &mut ctx(&mut PromptCache::default(), Some(Corruption::InvalidJson)),
+        )
+        .unwrap();
+        let text = plain.body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(text.starts_with('{') && serde_json::from_str::<Value>(text).is_err());
+    }
+
+    #[test]
+    fn anthropic_messages_shape_cache_and_errors() {
+        let mut cache = PromptCache::default();
+        let params = |q: &str| {
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "You are terse. ".repeat(20),
+                   "messages": [{"role": "user", "content": q}]})
+        };
+        let mut c = RunContext {
+            created: 1,
+            nonce: "x",
+            corruption: None,
+            scope: "anthropic",
+            cache: &mut cache,
+        };
+        let a = anthropic_message(&params("hello"), &mut c).unwrap();
+        assert_eq!(a.body["type"], "message");
+        assert_eq!(a.body["role"], "assistant");
+        assert_eq!(a.body["content"][0]["type"], "text");
+        assert_eq!(a.body["stop_reason"], "end_turn");
+        assert!(a.body["id"].as_str().unwrap().starts_with("msg_01"));
+        assert_eq!(a.body["usage"]["cache_read_input_tokens"], 0);
+        let b = anthropic_message(&params("again"), &mut c).unwrap();
+        let read = b.body["usage"]["cache_read_input_tokens"].as_u64().unwrap();
+        assert!(read > 0);
+        assert_eq!(b.body["usage"]["input_tokens"].as_u64().unwrap() + read, b.input_tokens);
+
+        let mut schema = params("json please");
+        schema["output_format"] = json!({"type": "json_schema", "schema": {"type": "object", "properties": {"k": {"type": "boolean"}}, "required": ["k"]}});
+        let s = anthropic_message(&schema, &mut c).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(s.body["content"][0]["text"].as_str().unwrap()).unwrap(),
+            json!({"k": true})
+        );
+
+        for (bad, msg) in [
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}),
+                "model: Field required",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+                "max_tokens: Field required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}),
+                "max_tokens: Input should be greater than or equal to 1",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": []}),
+                "messages: at least one message is required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]}),
+                "messages.0.role: Input should be 'user' or 'assistant'",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "x"}]}),
+                "stream: Streaming is not supported in the Message Batches API.",
+            ),
+            (json!([1]), "params: Input should be a valid dictionary"),
+        ] {
+            assert_eq!(anthropic_message(&bad, &mut c).unwrap_err().message, msg);
+        }
+        assert_eq!(base62(&[b"a"], 22).len(), 22);
+    }
+
+    #[test]
+    fn request_token_estimates() {
+        let body =
+            json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(400)}]});
+        assert_eq!(request_tokens("/v1/chat/completions", &body), 100);
+        assert_eq!(request_tokens("/chat/completions", &body), 100);
+        assert_eq!(request_tokens("/v1/embeddings", &json!({"input": ["abcd", "efgh"]})), 2);
     }
 }

@@ -22,6 +22,42 @@ pub(crate) fn instance(schema: &Value, salt: &str) -> Value {
     generator.value(schema, "$", 0)
 }
 
+/// A JSON value that is *not* valid against `schema` (the answer of a schema-violation fault): the
+/// valid instance without its first required property, or, without required properties, a value
+/// of the wrong type.
+pub(crate) fn violation(schema: &Value, salt: &str) -> Value {
+    let mut root = schema;
+    for _ in 0..MAX_DEPTH {
+        match root.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')) {
+            Some("") => break,
+            Some(pointer) => match schema.pointer(pointer) {
+                Some(target) => root = target,
+                None => break,
+            },
+            None => break,
+        }
+    }
+    match instance(schema, salt) {
+        Value::Object(mut fields) => {
+            let first_required = root
+                .get("required")
+                .and_then(Value::as_array)
+                .and_then(|r| r.iter().filter_map(Value::as_str).next());
+            match first_required {
+                Some(name) => {
+                    fields.remove(name);
+                    fields.insert("sim_unexpected_field".to_owned(), Value::Bool(true));
+                    Value::Object(fields)
+                }
+                // An array where an object is expected.
+                None => Value::Array(vec![Value::Object(fields)]),
+            }
+        }
+        // An object where something else is expected.
+        _ => json!({"sim_unexpected_field": true}),
+    }
+}
+
 struct Generator<'a> {
     root: &'a Value,
     salt: &'a str,
@@ -265,6 +301,19 @@ mod tests {
         assert_eq!(v["nested"], json!({"k": 5}));
         assert_eq!(v["choice"], -3);
         assert!(v.as_object().unwrap().contains_key("extra"));
+    }
+
+    #[test]
+    fn violations_break_the_schema() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["b", "a"]});
+        let v = violation(&schema, "s");
+        assert!(v.get("b").is_none());
+        assert_eq!(v["a"], instance(&schema, "s")["a"]);
+        let loose = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert!(violation(&loose, "s").is_array());
+        assert!(violation(&json!({"type": "string"}), "s").is_object());
+        let by_ref = json!({"$ref": "#/$defs/x", "$defs": {"x": {"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]}}});
+        assert!(violation(&by_ref, "s").get("k").is_none());
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Nothing runs in the background. Every read first calls [`Sim::sync`], which moves each live
 //! batch forward to the current virtual time: phase changes happen at their exact virtual instants
 //! (so a batch read once after a long advance looks the same as one polled every second), lines run
-//! at `requests_per_second`, and output/error files appear when the batch ends. Wire shapes are
-//! not decided here: each batch carries a [`Dialect`] that renders its result lines.
+//! at `requests_per_second`, and output/error files (or, for Anthropic, the inline results) appear
+//! when the batch ends. Wire shapes are not decided here: each batch carries a [`Dialect`] that runs
+//! its lines and renders their results.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -19,9 +20,9 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::{Clock, secs};
 use crate::config::{LineFaultKind, SimConfig};
-use crate::model::{self, ModelRejection};
+use crate::model::{self, Corruption, ModelOutput, ModelRejection, PromptCache, RunContext};
 use crate::stats::{ByProvider, LedgerEntry, LedgerOutcome, SimStats};
-use crate::validate::{self, BatchError, Limits, PlannedLine, ValidInput};
+use crate::validate::{self, BatchError, PlannedLine, ValidInput};
 
 /// How long a batch may run: the only `completion_window` there is, `24h`.
 pub(crate) const COMPLETION_WINDOW_SECONDS: i64 = 86_400;
@@ -58,6 +59,12 @@ impl Provider {
 /// A random lowercase hex id with a prefix, e.g. `file-<32 hex>`.
 pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}{:032x}", rand::random::<u128>())
+}
+
+/// A random UUID-style id with a prefix, e.g. `batch_6caaf24d-54a5-46be-b1b7-518884fcbdde`.
+pub(crate) fn new_uuid_id(prefix: &str) -> String {
+    let h = format!("{:032x}", rand::random::<u128>());
+    format!("{prefix}{}-{}-4{}-b{}-{}", &h[..8], &h[8..12], &h[13..16], &h[17..20], &h[20..])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -117,6 +124,20 @@ impl Files {
     /// Drops files whose expiry has passed (they answer 404 from then on).
     fn purge_expired(&mut self, now: i64) {
         self.by_seq.retain(|_, f| f.live_at(now));
+    }
+
+    /// Live files of a provider with `purpose`, with or without an expiry.
+    pub(crate) fn count(&self, provider: Provider, purpose: &str, with_expiry: bool) -> u64 {
+        let n = self
+            .by_seq
+            .values()
+            .filter(|f| {
+                f.provider == provider
+                    && f.purpose == purpose
+                    && f.expires_at.is_some() == with_expiry
+            })
+            .count();
+        u64::try_from(n).unwrap_or(u64::MAX)
     }
 
     /// One page of files in creation order (`descending` = newest first), after the cursor.
@@ -182,6 +203,20 @@ impl BatchStatus {
     pub(crate) fn is_terminal(self) -> bool {
         matches!(self, Self::Failed | Self::Completed | Self::Expired | Self::Cancelled)
     }
+
+    /// Azure's capitalised spelling in its legacy REST examples (`Validating`, `InProgress`).
+    pub(crate) fn capitalised(self) -> &'static str {
+        match self {
+            Self::Validating => "Validating",
+            Self::Failed => "Failed",
+            Self::InProgress => "InProgress",
+            Self::Finalizing => "Finalizing",
+            Self::Completed => "Completed",
+            Self::Expired => "Expired",
+            Self::Cancelling => "Cancelling",
+            Self::Cancelled => "Cancelled",
+        }
+    }
 }
 
 /// What became of one line, handed to a [`Dialect`] to render.
@@ -217,12 +252,45 @@ pub(crate) enum Sink {
     Error,
 }
 
-/// A provider's wire rules for batches: limits, and how result lines look.
+/// A provider's rules for batches: ids, how a line runs, how result lines look, where they go.
 pub(crate) trait Dialect: Send + Sync + fmt::Debug {
     fn provider(&self) -> Provider;
-    fn limits(&self) -> Limits;
+
+    /// A fresh batch id.
+    fn new_batch_id(&self) -> String {
+        new_id("batch_")
+    }
+
     /// One result line, without the trailing newline, and the file it belongs in.
     fn render(&self, line: &LineResult<'_>) -> (Sink, Vec<u8>);
+
+    /// Runs one planned line (`raw` as planned at create) against the model.
+    fn execute(
+        &self,
+        endpoint: &str,
+        raw: &[u8],
+        ctx: &mut RunContext<'_>,
+    ) -> Result<ModelOutput, ModelRejection> {
+        let body = validate::parse_line(raw)
+            .and_then(|mut v| v.get_mut("body").map(Value::take))
+            .unwrap_or(Value::Null);
+        model::run(endpoint, &body, ctx)
+    }
+
+    /// Whether a batch expires when its 24 h window ends.
+    fn expires(&self) -> bool {
+        true
+    }
+
+    /// Whether an error file is written even when no line failed (Azure: a zero-byte file).
+    fn always_error_file(&self) -> bool {
+        false
+    }
+
+    /// Whether results stay with the batch (Anthropic's `results_url`) instead of becoming files.
+    fn inline_results(&self) -> bool {
+        false
+    }
 }
 
 /// Usage summed over the lines that ran successfully.
@@ -230,14 +298,23 @@ pub(crate) trait Dialect: Send + Sync + fmt::Debug {
 pub(crate) struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The part of `input_tokens` read from the prompt cache.
+    pub cached_tokens: u64,
 }
 
-/// Request counts as the wire shows them.
+/// What became of the lines so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct RequestCounts {
+    /// Lines of a validated batch.
     pub total: u64,
+    /// Lines that ran and succeeded.
     pub completed: u64,
+    /// Lines that ran and failed.
     pub failed: u64,
+    /// Lines never run because the batch was cancelled.
+    pub cancelled: u64,
+    /// Lines never run because the batch expired.
+    pub expired: u64,
 }
 
 /// A batch and everything needed to move it forward.
@@ -250,8 +327,8 @@ pub(crate) struct BatchRecord {
     pub input_file_id: String,
     pub completion_window: String,
     pub metadata: Option<Map<String, Value>>,
-    /// Lifetime of the output and error files, counted from their creation.
-    pub output_expires_seconds: i64,
+    /// Lifetime of the output and error files, counted from their creation (None: no expiry).
+    pub output_expires_seconds: Option<i64>,
     pub status: BatchStatus,
     pub created_at: f64,
     pub expires_at: f64,
@@ -270,6 +347,14 @@ pub(crate) struct BatchRecord {
     pub usage: Usage,
     pub output_file_id: Option<String>,
     pub error_file_id: Option<String>,
+    /// Inline results (Anthropic), once the batch has ended.
+    pub results: Option<Bytes>,
+    /// Requests in the batch as submitted (Anthropic's `request_counts.processing`).
+    pub declared_total: u64,
+    /// The model and estimated prompt tokens this batch holds against an enqueued-token limit
+    /// while it is not terminal.
+    pub queue_model: Option<String>,
+    pub enqueued_tokens: u64,
     /// The validation verdict, decided at create and revealed when `validating` ends.
     verdict: Option<Result<ValidInput, Vec<BatchError>>>,
     /// The lines once validation passed; emptied when the batch ends.
@@ -300,7 +385,7 @@ pub(crate) struct NewBatch {
     pub input_file_id: String,
     pub completion_window: String,
     pub metadata: Option<Map<String, Value>>,
-    pub output_expires_seconds: i64,
+    pub output_expires_seconds: Option<i64>,
 }
 
 /// Why a create or cancel was refused.
@@ -311,6 +396,8 @@ pub(crate) enum StoreError {
     WrongPurpose(String),
     /// Cancel on a batch in this status.
     CannotCancel(BatchStatus),
+    /// Delete of a batch that has not ended.
+    CannotDelete(BatchStatus),
 }
 
 /// Input of a new batch read out of the store, to be validated outside the lock.
@@ -338,6 +425,10 @@ pub(crate) struct Sim {
     ledger: Vec<LedgerEntry>,
     /// How many times each (provider, custom_id) has run; retryable faults are drawn per attempt.
     attempts: HashMap<(Provider, String), u32>,
+    /// Prompt prefixes seen so far, for cached-token counts.
+    prompt_cache: PromptCache,
+    /// How many requests each HTTP fault (by position) has been drawn for.
+    fault_draws: Vec<u64>,
 }
 
 /// The shared handle to a simulator's state.
@@ -365,6 +456,8 @@ impl Sim {
             counters: ByProvider::default(),
             ledger: Vec::new(),
             attempts: HashMap::new(),
+            prompt_cache: PromptCache::default(),
+            fault_draws: Vec::new(),
         }
     }
 
@@ -382,6 +475,7 @@ impl Sim {
                 counters: &mut self.counters,
                 ledger: &mut self.ledger,
                 attempts: &mut self.attempts,
+                cache: &mut self.prompt_cache,
             };
             step(batch, now, &mut fx);
             if batch.status.is_terminal() {
@@ -397,6 +491,7 @@ impl Sim {
         let now = self.sync();
         self.clock.set_speed(config.speed);
         self.config = config;
+        self.fault_draws.clear();
         for seq in &self.active {
             if let Some(b) = self.batches.get_mut(seq) {
                 b.anchor_t = now;
@@ -417,6 +512,22 @@ impl Sim {
     pub(crate) fn ledger(&mut self) -> Vec<LedgerEntry> {
         self.sync();
         self.ledger.clone()
+    }
+
+    /// Draws whether the HTTP fault at `index` (of `config.faults`) hits this request: seeded by the
+    /// config's seed, the fault's position and how many requests it has been drawn for.
+    pub(crate) fn draw_fault(&mut self, index: usize, rate: f64) -> bool {
+        if self.fault_draws.len() <= index {
+            self.fault_draws.resize(index + 1, 0);
+        }
+        let Some(n) = self.fault_draws.get_mut(index) else {
+            return false;
+        };
+        *n += 1;
+        let count = n.to_le_bytes();
+        let seed = self.config.seed.to_le_bytes();
+        let index = u64::try_from(index).unwrap_or(u64::MAX).to_le_bytes();
+        unit_hash(&[b"http-fault", &seed, &index, &count]) < rate
     }
 
     // --- files ---------------------------------------------------------------------------
@@ -492,7 +603,15 @@ impl Sim {
         self.counters.get_mut(provider).batches_created += 1;
         self.next_batch_seq += 1;
         let seq = self.next_batch_seq;
-        let id = new_id("batch_");
+        let id = new.dialect.new_batch_id();
+        let (queue_model, enqueued_tokens, declared_total) = match &verdict {
+            Ok(valid) => (
+                valid.model.clone(),
+                valid.estimated_tokens,
+                u64::try_from(valid.lines.len()).unwrap_or(u64::MAX),
+            ),
+            Err(_) => (None, 0, 0),
+        };
         let record = BatchRecord {
             id: id.clone(),
             seq,
@@ -518,6 +637,10 @@ impl Sim {
             usage: Usage::default(),
             output_file_id: None,
             error_file_id: None,
+            results: None,
+            declared_total,
+            queue_model,
+            enqueued_tokens,
             verdict: Some(verdict),
             lines: Vec::new(),
             order,
@@ -542,6 +665,72 @@ impl Sim {
             .get(id)
             .and_then(|seq| self.batches.get(seq))
             .filter(|b| b.provider() == provider)
+    }
+
+    /// Estimated prompt tokens held by unfinished batches of `provider` for `model`.
+    pub(crate) fn enqueued_tokens(&mut self, provider: Provider, model: &str) -> u64 {
+        self.sync();
+        self.active
+            .iter()
+            .filter_map(|seq| self.batches.get(seq))
+            .filter(|b| b.provider() == provider && b.queue_model.as_deref() == Some(model))
+            .map(|b| b.enqueued_tokens)
+            .sum()
+    }
+
+    /// Requests held by unfinished batches of `provider`.
+    pub(crate) fn queued_requests(&mut self, provider: Provider) -> u64 {
+        self.sync();
+        self.active
+            .iter()
+            .filter_map(|seq| self.batches.get(seq))
+            .filter(|b| b.provider() == provider)
+            .map(|b| b.declared_total)
+            .sum()
+    }
+
+    /// Removes an ended batch (Anthropic's delete).
+    pub(crate) fn delete_batch(&mut self, provider: Provider, id: &str) -> Result<(), StoreError> {
+        self.sync();
+        let seq = self.batch_ref(provider, id).map(|b| b.seq).ok_or(StoreError::BatchNotFound)?;
+        let status = self.batches.get(&seq).map(|b| b.status).ok_or(StoreError::BatchNotFound)?;
+        if !status.is_terminal() {
+            return Err(StoreError::CannotDelete(status));
+        }
+        self.batches.remove(&seq);
+        self.batch_seq_of.remove(id);
+        Ok(())
+    }
+
+    /// Newest first, between the cursors: `after` pages toward older batches, `before` toward
+    /// newer ones (the page is the `limit` batches closest to `before`, still newest first).
+    pub(crate) fn batch_page_between(
+        &mut self,
+        provider: Provider,
+        after: Option<&str>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> (Vec<&BatchRecord>, bool) {
+        self.sync();
+        let after_seq = after.and_then(|a| self.batch_seq_of.get(a).copied());
+        let before_seq = before.and_then(|b| self.batch_seq_of.get(b).copied());
+        let in_range = |b: &&BatchRecord| {
+            b.provider() == provider
+                && after_seq.is_none_or(|a| b.seq < a)
+                && before_seq.is_none_or(|s| b.seq > s)
+        };
+        if before.is_some() && after.is_none() {
+            // Oldest first from the cursor upward, then reversed to newest first.
+            let mut matching = self.batches.values().filter(in_range);
+            let mut page: Vec<&BatchRecord> = matching.by_ref().take(limit).collect();
+            let has_more = matching.next().is_some();
+            page.reverse();
+            return (page, has_more);
+        }
+        let mut matching = self.batches.values().rev().filter(in_range);
+        let page: Vec<&BatchRecord> = matching.by_ref().take(limit).collect();
+        let has_more = matching.next().is_some();
+        (page, has_more)
     }
 
     /// Newest first, after the cursor.
@@ -594,9 +783,9 @@ impl Sim {
 pub(crate) fn plan_batch(
     input: &BatchInput,
     endpoint: &str,
-    limits: Limits,
+    rules: &validate::Rules,
 ) -> (Result<ValidInput, Vec<BatchError>>, Vec<u32>) {
-    let verdict = validate::validate(&input.content, endpoint, limits);
+    let verdict = validate::validate(&input.content, endpoint, rules);
     let order = match &verdict {
         Ok(valid) => shuffled_order(&valid.lines, input.seed),
         Err(_) => Vec::new(),
@@ -605,7 +794,7 @@ pub(crate) fn plan_batch(
 }
 
 /// A seeded permutation of the lines that is never the identity for two or more lines.
-fn shuffled_order(lines: &[PlannedLine], seed: u64) -> Vec<u32> {
+pub(crate) fn shuffled_order(lines: &[PlannedLine], seed: u64) -> Vec<u32> {
     let n = u32::try_from(lines.len()).unwrap_or(u32::MAX);
     let mut order: Vec<u32> = (0..n).collect();
     let mut h = Sha256::new();
@@ -649,6 +838,7 @@ struct Effects<'a> {
     counters: &'a mut ByProvider,
     ledger: &'a mut Vec<LedgerEntry>,
     attempts: &'a mut HashMap<(Provider, String), u32>,
+    cache: &'a mut PromptCache,
 }
 
 /// Moves one batch forward to virtual time `t`, phase by phase.
@@ -658,7 +848,7 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
         match b.status {
             BatchStatus::Validating => {
                 let end = b.created_at + p.validating_seconds;
-                if end >= b.expires_at && t >= b.expires_at {
+                if b.dialect.expires() && end >= b.expires_at && t >= b.expires_at {
                     reveal_verdict(b);
                     expire(b, fx);
                     return;
@@ -696,7 +886,8 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
                 let rps = p.requests_per_second;
                 let remaining = total.saturating_sub(b.anchor_done);
                 let finish_t = b.anchor_t + remaining as f64 / rps;
-                let horizon = t.min(b.expires_at);
+                let expires = b.dialect.expires();
+                let horizon = if expires { t.min(b.expires_at) } else { t };
                 let target = if horizon >= finish_t {
                     total
                 } else {
@@ -713,7 +904,7 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
                     b.finalizing_at = Some(finish_t.min(horizon));
                     continue;
                 }
-                if t >= b.expires_at {
+                if expires && t >= b.expires_at {
                     expire(b, fx);
                 }
                 return;
@@ -774,6 +965,12 @@ fn expire(b: &mut BatchRecord, fx: &mut Effects<'_>) {
 /// Renders every line that has not run as expired or cancelled.
 fn settle_unrun(b: &mut BatchRecord, expired: bool) {
     let pending: Vec<u32> = b.order.get(b.done..).unwrap_or_default().to_vec();
+    let n = u64::try_from(pending.len()).unwrap_or(u64::MAX);
+    if expired {
+        b.request_counts.expired += n;
+    } else {
+        b.request_counts.cancelled += n;
+    }
     for idx in pending {
         let Some(line) = b.lines.get(idx as usize) else {
             continue;
@@ -799,6 +996,29 @@ fn push_rendered(b: &mut BatchRecord, sink: Sink, idx: u32, bytes: Vec<u8>) {
     }
 }
 
+/// Draws the line fault of one attempt of `custom_id`, if any (the first configured fault that hits).
+fn draw_line_fault(
+    config: &SimConfig,
+    provider: Provider,
+    custom_id: &str,
+    attempt: u32,
+) -> Option<LineFaultKind> {
+    let seed = config.seed.to_le_bytes();
+    config
+        .line_faults
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.applies_to(provider))
+        .find(|(i, f)| {
+            let index = u64::try_from(*i).unwrap_or(0).to_le_bytes();
+            // Fatal faults stick to a custom_id; the others are drawn afresh per attempt.
+            let attempt = if f.kind.sticky() { 0u32 } else { attempt }.to_le_bytes();
+            let kind = f.kind.as_str().as_bytes();
+            unit_hash(&[&seed, &index, kind, custom_id.as_bytes(), &attempt]) < f.rate
+        })
+        .map(|(_, f)| f.kind)
+}
+
 /// Runs the next line in order at virtual time `at`.
 fn run_line(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
     let Some(&idx) = b.order.get(b.done) else {
@@ -813,82 +1033,61 @@ fn run_line(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
     let attempt_key = (provider, custom_id.clone());
     let attempt = fx.attempts.get(&attempt_key).copied().unwrap_or(0);
     *fx.attempts.entry(attempt_key).or_insert(0) += 1;
-
-    let seed = fx.config.seed.to_le_bytes();
-    let fault = fx
-        .config
-        .line_faults
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.applies_to(provider))
-        .find(|(i, f)| {
-            let index = u64::try_from(*i).unwrap_or(0).to_le_bytes();
-            // Fatal faults stick to a custom_id; retryable ones are drawn afresh per attempt.
-            let attempt = match f.kind {
-                LineFaultKind::Fatal => 0u32,
-                LineFaultKind::Retryable => attempt,
-            }
-            .to_le_bytes();
-            let kind: &[u8] = match f.kind {
-                LineFaultKind::Fatal => b"fatal",
-                LineFaultKind::Retryable => b"retryable",
-            };
-            unit_hash(&[&seed, &index, kind, custom_id.as_bytes(), &attempt]) < f.rate
-        })
-        .map(|(_, f)| f.kind);
+    let fault = draw_line_fault(fx.config, provider, &custom_id, attempt);
 
     let line_id = new_id("batch_req_");
     let request_id = new_id("req_");
-    let (outcome, tokens, rendered) = match fault {
-        Some(kind) => {
-            let result = LineResult {
-                custom_id: &custom_id,
-                line_id: &line_id,
-                request_id: &request_id,
-                kind: LineKind::Fault(kind),
-            };
+    let result = |kind| LineResult {
+        custom_id: &custom_id,
+        line_id: &line_id,
+        request_id: &request_id,
+        kind,
+    };
+    let (outcome, output, rendered) = match fault {
+        Some(kind) if !kind.corrupts_answer() => {
             let outcome = match kind {
-                LineFaultKind::Fatal => LedgerOutcome::FailedFatal,
                 LineFaultKind::Retryable => LedgerOutcome::FailedRetryable,
+                _ => LedgerOutcome::FailedFatal,
             };
-            (outcome, None, b.dialect.render(&result))
+            (outcome, None, b.dialect.render(&result(LineKind::Fault(kind))))
         }
-        None => {
-            let body = validate::parse_line(&line.raw)
-                .and_then(|mut v| v.get_mut("body").map(Value::take))
-                .unwrap_or(Value::Null);
-            match model::run(&b.endpoint, &body, secs(at), &request_id) {
+        corrupt => {
+            let (corruption, outcome) = match corrupt {
+                Some(LineFaultKind::InvalidJson) => {
+                    (Some(Corruption::InvalidJson), LedgerOutcome::InvalidJson)
+                }
+                Some(LineFaultKind::SchemaViolation) => {
+                    (Some(Corruption::SchemaViolation), LedgerOutcome::SchemaViolation)
+                }
+                _ => (None, LedgerOutcome::Succeeded),
+            };
+            let mut ctx = RunContext {
+                created: secs(at),
+                nonce: &request_id,
+                corruption,
+                scope: provider.as_str(),
+                cache: fx.cache,
+            };
+            match b.dialect.execute(&b.endpoint, &line.raw, &mut ctx) {
                 Ok(out) => {
-                    let result = LineResult {
-                        custom_id: &custom_id,
-                        line_id: &line_id,
-                        request_id: &request_id,
-                        kind: LineKind::Succeeded(&out.body),
-                    };
-                    let rendered = b.dialect.render(&result);
-                    (
-                        LedgerOutcome::Succeeded,
-                        Some((out.input_tokens, out.output_tokens)),
-                        rendered,
-                    )
+                    let rendered = b.dialect.render(&result(LineKind::Succeeded(&out.body)));
+                    (outcome, Some(out), rendered)
                 }
-                Err(rejection) => {
-                    let result = LineResult {
-                        custom_id: &custom_id,
-                        line_id: &line_id,
-                        request_id: &request_id,
-                        kind: LineKind::Invalid(&rejection),
-                    };
-                    (LedgerOutcome::FailedInvalid, None, b.dialect.render(&result))
-                }
+                Err(rejection) => (
+                    LedgerOutcome::FailedInvalid,
+                    None,
+                    b.dialect.render(&result(LineKind::Invalid(&rejection))),
+                ),
             }
         }
     };
-    let (input_tokens, output_tokens) = tokens.unwrap_or((0, 0));
-    if tokens.is_some() {
+    let (input_tokens, output_tokens, cached_tokens) =
+        output.as_ref().map_or((0, 0, 0), |o| (o.input_tokens, o.output_tokens, o.cached_tokens));
+    if output.is_some() {
         b.request_counts.completed += 1;
         b.usage.input_tokens += input_tokens;
         b.usage.output_tokens += output_tokens;
+        b.usage.cached_tokens += cached_tokens;
         let c = fx.counters.get_mut(provider);
         c.requests_billed += 1;
         c.tokens_billed += input_tokens + output_tokens;
@@ -902,6 +1101,7 @@ fn run_line(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
         outcome,
         input_tokens,
         output_tokens,
+        cached_tokens,
     });
     let (sink, bytes) = rendered;
     push_rendered(b, sink, idx, bytes);
@@ -922,16 +1122,29 @@ fn join_lines(mut lines: Vec<(u32, Vec<u8>)>) -> Bytes {
     Bytes::from(out)
 }
 
-/// Creates the output and error files (each only if it has lines) and frees the batch's lines.
+/// Creates the output and error files (each only if it has lines, except an Azure error file) or,
+/// for inline results, keeps them with the batch; frees the batch's lines.
 fn write_result_files(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
     let created_at = secs(at);
     let provider = b.dialect.provider();
     let out = std::mem::take(&mut b.out_lines);
     let err = std::mem::take(&mut b.err_lines);
-    for (lines, suffix, slot) in
-        [(out, "output", &mut b.output_file_id), (err, "error", &mut b.error_file_id)]
-    {
-        if lines.is_empty() {
+    b.lines = Vec::new();
+    b.order = Vec::new();
+    if b.dialect.inline_results() {
+        let mut all = out;
+        all.extend(err);
+        b.results = Some(join_lines(all));
+        return;
+    }
+    // A batch that ran (not one that failed validation) gets an error file even when empty.
+    let ran = b.status != BatchStatus::Failed;
+    let always_err = ran && b.dialect.always_error_file();
+    for (lines, suffix, slot, always) in [
+        (out, "output", &mut b.output_file_id, false),
+        (err, "error", &mut b.error_file_id, always_err),
+    ] {
+        if lines.is_empty() && !always {
             continue;
         }
         let record = fx.files.insert(FileRecord {
@@ -940,14 +1153,12 @@ fn write_result_files(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
             purpose: "batch_output".to_owned(),
             filename: format!("{}_{suffix}.jsonl", b.id),
             created_at,
-            expires_at: Some(created_at + b.output_expires_seconds),
+            expires_at: b.output_expires_seconds.map(|s| created_at + s),
             content: join_lines(lines),
             seq: 0,
         });
         *slot = Some(record.id);
     }
-    b.lines = Vec::new();
-    b.order = Vec::new();
 }
 
 #[cfg(test)]

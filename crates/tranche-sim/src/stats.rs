@@ -1,7 +1,9 @@
 //! Counters and the request ledger: what the simulator stored and what it would have billed.
 //!
-//! "Billed" means a line the simulator actually ran successfully; faulted, invalid, expired and
-//! cancelled lines cost nothing, as with the real providers.
+//! "Billed" means a line the simulator actually ran successfully (answers spoiled by an
+//! `invalid_json` or `schema_violation` fault included: the provider ran them); faulted, invalid,
+//! expired and cancelled lines cost nothing, as with the real providers (Anthropic: `errored`,
+//! `canceled` and `expired` results are not billed).
 
 use serde::{Deserialize, Serialize};
 
@@ -92,8 +94,20 @@ pub enum LedgerOutcome {
     FailedFatal,
     /// Injected retryable fault (HTTP 500); not billed.
     FailedRetryable,
-    /// The request body was unusable for its endpoint (HTTP 400); not billed.
+    /// The request body was unusable for its endpoint (HTTP 400; Anthropic `errored`
+    /// `invalid_request_error`); not billed.
     FailedInvalid,
+    /// Ran and answered with text that is not valid JSON (an injected fault); billed.
+    InvalidJson,
+    /// Ran and answered with JSON that violates the requested schema (an injected fault); billed.
+    SchemaViolation,
+}
+
+impl LedgerOutcome {
+    /// Whether the request was billed.
+    pub fn billed(self) -> bool {
+        matches!(self, Self::Succeeded | Self::InvalidJson | Self::SchemaViolation)
+    }
 }
 
 /// One request the simulator ran (one line of `GET /sim/ledger`). Lines that never ran (expired,
@@ -109,6 +123,9 @@ pub struct LedgerEntry {
     pub input_tokens: u64,
     /// Billed output tokens (0 when not billed).
     pub output_tokens: u64,
+    /// The part of `input_tokens` read from the prompt cache.
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 #[cfg(test)]

@@ -2,23 +2,56 @@
 //! the runnable lines or the batch-level errors a `failed` batch reports in `errors.data[]`.
 //!
 //! Codes follow the documented set: `empty_file`, `too_many_tasks`, `invalid_json_line`,
-//! `invalid_request`, `duplicate_custom_id`, `url_mismatch`, `model_mismatch`. Line numbers are the
-//! 1-based physical lines of the file; blank lines are skipped but still counted.
+//! `invalid_request`, `duplicate_custom_id`, `url_mismatch`, `model_mismatch`, `model_not_found`
+//! (Azure deployments). Line numbers are the 1-based physical lines of the file; blank lines are
+//! skipped but still counted.
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
 use serde_json::Value;
 
-/// Provider limits that validation enforces.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
+use crate::model;
+
+/// Provider rules that validation enforces.
+#[derive(Debug, Clone)]
+pub(crate) struct Rules {
     /// Most lines per batch (OpenAI 50,000; Azure 100,000).
     pub max_tasks: usize,
     /// Most embedding inputs across all lines of an embeddings batch (OpenAI 50,000).
     pub max_embedding_inputs: usize,
     /// Largest input file in bytes (OpenAI 200 MiB: "larger than the 209715200 maximum").
     pub max_input_bytes: usize,
+    /// Azure: a line's `url` matches the endpoint with or without a leading `/v1`; every line
+    /// names a deployment (`body.model`); a UTF-8 byte-order mark is refused.
+    pub azure: bool,
+    /// Azure: the deployments that exist (`model_not_found` for others); empty accepts all.
+    pub deployments: Vec<String>,
+    /// Sum estimated prompt tokens (needed only when an enqueued-token limit applies).
+    pub count_tokens: bool,
+}
+
+impl Rules {
+    /// OpenAI-style rules with the given limits.
+    pub(crate) fn new(
+        max_tasks: usize,
+        max_embedding_inputs: usize,
+        max_input_bytes: usize,
+    ) -> Self {
+        Self {
+            max_tasks,
+            max_embedding_inputs,
+            max_input_bytes,
+            azure: false,
+            deployments: Vec::new(),
+            count_tokens: false,
+        }
+    }
+}
+
+/// An endpoint path without a leading `/v1` (Azure accepts both spellings).
+pub(crate) fn strip_v1(endpoint: &str) -> &str {
+    endpoint.strip_prefix("/v1").filter(|rest| rest.starts_with('/')).unwrap_or(endpoint)
 }
 
 /// One runnable line: its custom_id and the raw line (a zero-copy slice of the input file).
@@ -34,6 +67,8 @@ pub(crate) struct ValidInput {
     pub lines: Vec<PlannedLine>,
     /// The single `body.model` of the file, if lines name one.
     pub model: Option<String>,
+    /// Estimated prompt tokens of all lines (0 unless [`Rules::count_tokens`]).
+    pub estimated_tokens: u64,
 }
 
 /// One entry of a failed batch's `errors.data`.
@@ -73,8 +108,17 @@ pub(crate) fn parse_line(text: &[u8]) -> Option<Value> {
 pub(crate) fn validate(
     content: &Bytes,
     endpoint: &str,
-    limits: Limits,
+    limits: &Rules,
 ) -> Result<ValidInput, Vec<BatchError>> {
+    if limits.azure && content.starts_with(b"\xEF\xBB\xBF") {
+        // Azure's documented answer to a file with a UTF-8 byte-order mark.
+        return Err(vec![BatchError {
+            code: "invalid_request",
+            message: "Validation failed: A valid model deployment name couldn't be extracted from the input file. Please ensure that each row in the input file has a valid deployment name specified in the 'model' field, and that the deployment name is consistent across all rows.".to_owned(),
+            param: None,
+            line: None,
+        }]);
+    }
     if content.len() > limits.max_input_bytes {
         // The message is the one observed from OpenAI; its code is not documented.
         return Err(vec![BatchError {
@@ -94,6 +138,8 @@ pub(crate) fn validate(
     let mut model_mismatch_reported = false;
     let mut embedding_inputs = 0usize;
     let mut task_count = 0usize;
+    let mut estimated_tokens = 0u64;
+    let wanted_url = if limits.azure { strip_v1(endpoint) } else { endpoint };
 
     let mut start = 0usize;
     let mut line_no = 0u64;
@@ -167,7 +213,7 @@ pub(crate) fn validate(
             ),
         }
         match obj.get("url").and_then(Value::as_str) {
-            Some(url) if url == endpoint => {}
+            Some(url) if url == endpoint || (limits.azure && strip_v1(url) == wanted_url) => {}
             Some(url) => errors.push(
                 "url_mismatch",
                 format!(
@@ -192,7 +238,31 @@ pub(crate) fn validate(
             );
             continue;
         };
-        if let Some(m) = body.get("model").and_then(Value::as_str) {
+        let line_model = body.get("model").and_then(Value::as_str);
+        if limits.azure && line_model.is_none_or(str::is_empty) {
+            errors.push(
+                "invalid_request",
+                "Missing required field 'body.model': each line must name the Global Batch deployment.".to_owned(),
+                Some("body.model"),
+                Some(line_no),
+            );
+        }
+        if let Some(m) = line_model.filter(|_| limits.azure)
+            && !limits.deployments.is_empty()
+            && !limits.deployments.iter().any(|d| d == m)
+        {
+            errors.push(
+                "model_not_found",
+                format!("The provided model deployment '{m}' does not exist or is not a Global Batch deployment."),
+                Some("body.model"),
+                Some(line_no),
+            );
+        }
+        if limits.count_tokens {
+            estimated_tokens +=
+                model::request_tokens(endpoint, obj.get("body").unwrap_or(&Value::Null));
+        }
+        if let Some(m) = line_model {
             match &model {
                 None => model = Some((m.to_owned(), line_no)),
                 Some((first, first_line)) if first != m && !model_mismatch_reported => {
@@ -259,7 +329,7 @@ pub(crate) fn validate(
         );
     }
     if errors.0.is_empty() {
-        Ok(ValidInput { lines, model: model.map(|(m, _)| m) })
+        Ok(ValidInput { lines, model: model.map(|(m, _)| m), estimated_tokens })
     } else {
         Err(errors.0)
     }
@@ -269,7 +339,9 @@ pub(crate) fn validate(
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { max_tasks: 3, max_embedding_inputs: 4, max_input_bytes: 2000 };
+    fn limits() -> Rules {
+        Rules::new(3, 4, 2000)
+    }
 
     fn line(id: &str, model: &str) -> String {
         format!(
@@ -278,7 +350,7 @@ mod tests {
     }
 
     fn check(text: &str) -> Result<ValidInput, Vec<BatchError>> {
-        validate(&Bytes::from(text.to_owned()), "/v1/chat/completions", LIMITS)
+        validate(&Bytes::from(text.to_owned()), "/v1/chat/completions", &limits())
     }
 
     #[test]
@@ -333,6 +405,30 @@ mod tests {
     }
 
     #[test]
+    fn azure_rules() {
+        let rules = Rules {
+            azure: true,
+            deployments: vec!["gpt-4o-batch".into()],
+            count_tokens: true,
+            ..limits()
+        };
+        let ok = format!("{}\n{}", line("a", "gpt-4o-batch"), line("b", "gpt-4o-batch"));
+        let valid = validate(&Bytes::from(ok.clone()), "/chat/completions", &rules).unwrap();
+        assert_eq!(valid.lines.len(), 2);
+        assert!(valid.estimated_tokens >= 2);
+        let errs = validate(&Bytes::from(ok.clone()), "/responses", &rules).unwrap_err();
+        assert_eq!(errs[0].code, "url_mismatch");
+        let errs =
+            validate(&Bytes::from(line("a", "gpt-4o")), "/chat/completions", &rules).unwrap_err();
+        assert_eq!(errs[0].code, "model_not_found");
+        let bom = format!("\u{feff}{ok}");
+        let errs = validate(&Bytes::from(bom), "/chat/completions", &rules).unwrap_err();
+        assert!(errs[0].message.starts_with("Validation failed: A valid model deployment name"));
+        assert_eq!(strip_v1("/v1/chat/completions"), "/chat/completions");
+        assert_eq!(strip_v1("/v1x"), "/v1x");
+    }
+
+    #[test]
     fn embedding_inputs_are_counted() {
         let l = |id: &str| {
             format!(
@@ -340,7 +436,7 @@ mod tests {
             )
         };
         let text = format!("{}\n{}", l("x"), l("y"));
-        let errs = validate(&Bytes::from(text), "/v1/embeddings", LIMITS).unwrap_err();
+        let errs = validate(&Bytes::from(text), "/v1/embeddings", &limits()).unwrap_err();
         assert_eq!(errs[0].code, "too_many_tasks");
     }
 }

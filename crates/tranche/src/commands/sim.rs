@@ -34,6 +34,8 @@ pub async fn run(args: SimArgs) -> CmdResult {
         .map_err(Exit::from)?;
     render::println(&format!("tranche sim listening on {}", handle.base_url()));
     render::println(&format!("openai: {}", handle.openai_base_url()));
+    render::println(&format!("azure: {}", handle.azure_endpoint()));
+    render::println(&format!("anthropic: {}", handle.anthropic_base_url()));
     let server = handle.wait();
     tokio::select! {
         result = server => result.context("the simulator stopped").map_err(Exit::from)?,
