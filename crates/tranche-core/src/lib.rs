@@ -6,6 +6,7 @@ pub mod input;
 pub mod plan;
 pub mod provider;
 pub mod state;
+pub mod tokens;
 
 pub use hash::InputHash;
 pub use ids::{CustomId, CustomIdError, JobId, TrancheId};

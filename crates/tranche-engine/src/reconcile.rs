@@ -7,7 +7,7 @@
 //! An upstream failure that cannot be retried ends the tranche `failed`, with every one of its
 //! requests failed with that error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +20,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use tranche_core::plan::{GroupKey, PlanItem, Planner, TrancheLimits};
 use tranche_core::{
-    CustomId, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
+    CustomId, Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
 };
 use tranche_providers::{
     BatchId, BatchInput, BatchStatus, CreateBatch, FileId, InputTransport, LineError, LineOutcome,
     Provider, UpstreamError,
 };
 use tranche_store::{
-    AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store, TrancheRecord,
+    AttemptInfo, AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store, TrancheRecord,
     TrancheUpdate,
 };
 
@@ -70,6 +70,20 @@ pub struct EngineConfig {
     pub max_batch_requests: Option<usize>,
     /// Lower the providers' per-batch byte limit.
     pub max_batch_bytes: Option<u64>,
+    /// How many times a request is sent at most, unless its job says otherwise.
+    pub max_attempts: u32,
+    /// How many whole-batch failures (validation, token limit) may return a request to the
+    /// pool without spending an attempt.
+    pub max_batch_returns: u32,
+    /// A group's requests wait until there are this many of them...
+    pub min_batch_size: usize,
+    /// ...or until the oldest has waited this long.
+    pub max_wait: Duration,
+    /// Enqueued-token budget per model (estimated input + `max_tokens` of every request in
+    /// batches at the provider). Tranches that would overflow it wait.
+    pub token_budgets: BTreeMap<String, u64>,
+    /// The budget for models not named in `token_budgets`; `None` admits everything.
+    pub default_token_budget: Option<u64>,
 }
 
 impl EngineConfig {
@@ -82,7 +96,24 @@ impl EngineConfig {
             retry_backoff: Duration::from_secs(5),
             max_batch_requests: None,
             max_batch_bytes: None,
+            max_attempts: 3,
+            max_batch_returns: 3,
+            min_batch_size: 1,
+            max_wait: Duration::ZERO,
+            token_budgets: BTreeMap::new(),
+            default_token_budget: None,
         }
+    }
+
+    /// The enqueued-token budget of a model, if it has one.
+    pub fn token_budget(&self, model: &str) -> Option<u64> {
+        self.token_budgets.get(model).copied().or(self.default_token_budget)
+    }
+
+    /// The wait before a request's `attempt`-th try (1-based), doubling from `retry_backoff`.
+    pub fn retry_delay(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(10));
+        self.retry_backoff.saturating_mul(factor).min(Duration::from_secs(3600))
     }
 
     pub fn limits(&self, provider: ProviderKind) -> TrancheLimits {
@@ -238,23 +269,41 @@ impl Engine {
 
     /// Cuts every waiting request of one provider into tranches.
     async fn plan(&self, kind: ProviderKind) -> Result<(), EngineError> {
-        let pending = self.store.pending_items(kind).await?;
+        let now = unix_now();
+        let answered = self.store.answer_from_earlier(kind, now).await?;
+        if answered > 0 {
+            info!(provider = %kind, requests = answered, "answered from earlier results at no cost");
+        }
+        let pending = self.store.pending_items(kind, now).await?;
         if pending.is_empty() {
             return Ok(());
         }
+        // Pooling thresholds: a group goes out once it is large enough or old enough.
+        let mut groups: BTreeMap<(Endpoint, String), (usize, i64)> = BTreeMap::new();
+        for item in &pending {
+            let entry = groups.entry((item.endpoint, item.model.clone())).or_insert((0, i64::MAX));
+            entry.0 += 1;
+            entry.1 = entry.1.min(item.accepted_at);
+        }
+        let max_wait = i64::try_from(self.config.max_wait.as_secs()).unwrap_or(i64::MAX);
+        let ready = |endpoint: Endpoint, model: &str| {
+            groups.get(&(endpoint, model.to_owned())).is_some_and(|&(count, oldest)| {
+                count >= self.config.min_batch_size || now.saturating_sub(oldest) >= max_wait
+            })
+        };
         let mut planner = Planner::new(self.config.limits(kind));
         let mut sealed = Vec::new();
         // Two requests with one wire id (the same custom id in two jobs) must never share a
         // batch: the later one waits for the next round, and so another tranche.
-        let mut wire_ids = std::collections::HashSet::new();
+        let mut wire_ids = HashSet::new();
         for item in pending {
-            if !wire_ids.insert(item.wire_id) {
+            if !ready(item.endpoint, &item.model) || !wire_ids.insert(item.wire_id) {
                 continue;
             }
             let item = PlanItem {
                 group: GroupKey { provider: kind, endpoint: item.endpoint, model: item.model },
                 bytes: item.wire_bytes,
-                item: item.request_id,
+                item: (item.request_id, item.est_tokens),
             };
             // Submission refuses requests larger than a batch, so this cannot fail; if a
             // stored request somehow is, it waits rather than being dropped.
@@ -264,17 +313,32 @@ impl Engine {
             }
         }
         sealed.extend(planner.finish());
+        let mut enqueued: BTreeMap<String, u64> =
+            self.store.enqueued_tokens(kind).await?.into_iter().collect();
         for planned in sealed {
+            let est_tokens: u64 = planned.items.iter().map(|(_, tokens)| tokens).sum();
+            let model = planned.group.model;
+            let queued = enqueued.get(&model).copied().unwrap_or(0);
+            if let Some(budget) = self.config.token_budget(&model) {
+                // A tranche larger than the whole budget still goes out alone, or it never would.
+                if queued > 0 && queued.saturating_add(est_tokens) > budget {
+                    debug!(model = %model, queued, est_tokens, budget, "tranche waits for enqueued-token room");
+                    continue;
+                }
+            }
+            *enqueued.entry(model.clone()).or_insert(0) += est_tokens;
+            let ids: Vec<i64> = planned.items.iter().map(|(id, _)| *id).collect();
             let tranche = NewTranche {
                 id: TrancheId::new(),
+                est_tokens,
                 provider: kind,
                 endpoint: planned.group.endpoint,
-                model: planned.group.model,
+                model,
                 bytes: planned.bytes,
                 created_at: unix_now(),
             };
-            let claimed = self.store.create_tranche(&tranche, &planned.items).await?;
-            info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, "planned tranche");
+            let claimed = self.store.create_tranche(&tranche, &ids).await?;
+            info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, est_tokens, "planned tranche");
         }
         Ok(())
     }
@@ -283,6 +347,14 @@ impl Engine {
     async fn step(&self, tranche: TrancheRecord) -> Result<(), EngineError> {
         let provider = Arc::clone(self.provider(tranche.provider)?);
         let id = tranche.id;
+        if tranche.cancel_requested {
+            match self.cancel_step(&*provider, &tranche).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(StepError::Engine(e)) => return Err(e),
+                Err(StepError::Upstream(e)) => return self.upstream_failed(&tranche, &e).await,
+            }
+        }
         let result = match tranche.state {
             TrancheState::Planned | TrancheState::Uploading
                 if provider.transport() == InputTransport::UploadFile =>
@@ -335,31 +407,111 @@ impl Engine {
                 self.store.update_tranche(tranche.id, update).await?;
             }
             _ => {
+                // A token-limit refusal at create is a whole-batch failure: the requests wait
+                // for room. Anything else stops the tranche and fails its requests.
+                let kind = if e.code.as_deref() == Some("token_limit_exceeded") {
+                    Failure::WholeBatch
+                } else {
+                    Failure::Fatal
+                };
                 warn!(tranche = %tranche.id, error = %e, "upstream failure stopped the tranche");
                 let message = error.to_string();
                 let mut writer = self.store.begin_ingest(tranche.id).await?;
-                writer
-                    .record_rest(&ResultUpdate {
-                        state: RequestState::Failed,
-                        outcome: AttemptOutcome::Errored,
-                        status_code: e.status,
-                        output: None,
-                        error: Some(&message),
-                        input_tokens: None,
-                        output_tokens: None,
-                        at: now,
-                    })
-                    .await?;
+                let mut failed = 0u64;
+                for (wire_id, info) in writer.unanswered().await? {
+                    let update = self.failure_update(
+                        info,
+                        kind,
+                        AttemptOutcome::Errored,
+                        e.status,
+                        &message,
+                        now,
+                    );
+                    let ended = update.state == RequestState::Failed;
+                    if writer.record(&wire_id, &update).await? && ended {
+                        failed += 1;
+                    }
+                }
                 writer.commit(TrancheState::Failed, now).await?;
                 let mut update = TrancheUpdate::to(TrancheState::Failed, now);
                 update.last_error = Some(error.clone());
                 self.store.update_tranche(tranche.id, update).await?;
-                for job in self.store.jobs_of_tranche(tranche.id).await? {
-                    self.store.set_job_state(job, JobState::Running, Some(&error), now).await?;
+                if failed > 0 {
+                    for job in self.store.jobs_of_tranche(tranche.id).await? {
+                        self.store.set_job_state(job, JobState::Running, Some(&error), now).await?;
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Carries out a cancel the user asked for. Returns true when the tranche needs no other
+    /// step this round.
+    async fn cancel_step(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<bool, StepError> {
+        let now = unix_now();
+        match tranche.state {
+            TrancheState::Planned
+            | TrancheState::Uploading
+            | TrancheState::Uploaded
+            | TrancheState::Creating => {
+                // No batch exists yet: end the requests here; cleaning deletes any input file.
+                let error = serde_json::json!({
+                    "provider": tranche.provider, "status": null, "error_type": null,
+                    "code": "job_cancelled", "message": "the job was cancelled before this request was sent",
+                    "param": null, "request_id": null, "retryable": false,
+                })
+                .to_string();
+                let mut writer = self.store.begin_ingest(tranche.id).await?;
+                for (wire_id, info) in writer.unanswered().await? {
+                    let update = self.failure_update(
+                        info,
+                        Failure::UserCancel,
+                        AttemptOutcome::Cancelled,
+                        None,
+                        &error,
+                        now,
+                    );
+                    writer.record(&wire_id, &update).await?;
+                }
+                writer.commit(TrancheState::Cleaning, now).await?;
+                info!(tranche = %tranche.id, "cancelled before submission");
+                Ok(true)
+            }
+            TrancheState::Submitted => {
+                let sent = matches!(tranche.batch_status.as_deref(), Some("cancelling" | "cancelled"));
+                if let (Some(batch_id), false) = (tranche.batch_id.as_deref(), sent) {
+                    let batch = provider.cancel_batch(&BatchId::new(batch_id)).await?;
+                    let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
+                    update.batch_status = Some(batch.status.as_str().to_owned());
+                    self.store.update_tranche(tranche.id, update).await?;
+                    info!(tranche = %tranche.id, batch = %batch_id, "asked the provider to cancel the batch");
+                    return Ok(true);
+                }
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Cancels a job: its waiting requests at once, the batches holding only its requests at
+    /// the provider, and its share of batches it shares with other jobs. Returns how many
+    /// requests were cancelled at once.
+    pub async fn cancel_job(&self, job: JobId) -> Result<u64, EngineError> {
+        let now = unix_now();
+        let mut cancelled = self.store.cancel_job(job, now).await?;
+        for (tranche, exclusive) in self.store.job_live_tranches(job).await? {
+            if exclusive {
+                self.store.request_tranche_cancel(tranche.id, now).await?;
+            } else {
+                cancelled += self.store.detach_job(job, tranche.id, now).await?;
+            }
+        }
+        Ok(cancelled)
     }
 
     async fn upload(
@@ -613,33 +765,33 @@ impl Engine {
                                     error: None,
                                     input_tokens,
                                     output_tokens,
+                                    spends_attempt: true,
+                                    not_before: 0,
                                     at: now,
                                 },
                             )
                             .await?
                     }
                     LineOutcome::Failed(e) => {
-                        let outcome = match e.code.as_deref() {
-                            Some("batch_expired") => AttemptOutcome::Expired,
-                            Some("batch_cancelled") => AttemptOutcome::Cancelled,
-                            _ => AttemptOutcome::Errored,
+                        let Some(info) = writer.attempt_info(&parsed.wire_id).await? else {
+                            unknown += 1;
+                            warn!(tranche = %tranche.id, wire_id = %parsed.wire_id, "result line matches no waiting request");
+                            continue;
+                        };
+                        let (outcome, kind) = match e.code.as_deref() {
+                            Some("batch_expired") => (AttemptOutcome::Expired, Failure::Retryable),
+                            Some("batch_cancelled") if tranche.cancel_requested => {
+                                (AttemptOutcome::Cancelled, Failure::UserCancel)
+                            }
+                            Some("batch_cancelled") => {
+                                (AttemptOutcome::Cancelled, Failure::Retryable)
+                            }
+                            _ if e.retryable => (AttemptOutcome::Errored, Failure::Retryable),
+                            _ => (AttemptOutcome::Errored, Failure::Fatal),
                         };
                         let error = line_error_json(e);
-                        writer
-                            .record(
-                                &parsed.wire_id,
-                                &ResultUpdate {
-                                    state: RequestState::Failed,
-                                    outcome,
-                                    status_code: e.status,
-                                    output: None,
-                                    error: Some(&error),
-                                    input_tokens: None,
-                                    output_tokens: None,
-                                    at: now,
-                                },
-                            )
-                            .await?
+                        let update = self.failure_update(info, kind, outcome, e.status, &error, now);
+                        writer.record(&parsed.wire_id, &update).await?
                     }
                 };
                 if recorded {
@@ -650,30 +802,58 @@ impl Engine {
                 }
             }
         }
-        let rest = self.rest_outcome(tranche);
-        let rest_error = rest.1.to_string();
-        let missing = writer
-            .record_rest(&ResultUpdate {
-                state: rest.0,
-                outcome: rest.2,
-                status_code: None,
-                output: None,
-                error: Some(&rest_error),
-                input_tokens: None,
-                output_tokens: None,
-                at: now,
-            })
-            .await?;
+        let (kind, error, outcome) = self.rest_outcome(tranche);
+        let error = error.to_string();
+        let mut missing = 0u64;
+        for (wire_id, info) in writer.unanswered().await? {
+            let update = self.failure_update(info, kind, outcome, None, &error, now);
+            missing += u64::from(writer.record(&wire_id, &update).await?);
+        }
         writer.commit(TrancheState::Cleaning, now).await?;
         info!(tranche = %tranche.id, matched, missing, unknown, unparsable, "ingested results");
         Ok(())
     }
 
-    /// What becomes of requests the batch's files did not mention.
-    fn rest_outcome(
+    /// What a failure means for one request: retried later, or ended.
+    fn failure_update<'a>(
         &self,
-        tranche: &TrancheRecord,
-    ) -> (RequestState, serde_json::Value, AttemptOutcome) {
+        info: AttemptInfo,
+        kind: Failure,
+        outcome: AttemptOutcome,
+        status_code: Option<u16>,
+        error: &'a str,
+        now: i64,
+    ) -> ResultUpdate<'a> {
+        let (state, spends_attempt, not_before) = match kind {
+            Failure::Retryable if info.attempts + 1 < info.max_attempts => {
+                let wait = self.config.retry_delay(info.attempts + 1);
+                (RequestState::Pending, true, now + secs(wait))
+            }
+            Failure::WholeBatch if info.batch_returns < self.config.max_batch_returns => {
+                let wait = self.config.retry_delay(info.batch_returns + 1);
+                (RequestState::Pending, false, now + secs(wait))
+            }
+            Failure::UserCancel => (RequestState::Cancelled, false, 0),
+            Failure::Retryable | Failure::Fatal | Failure::WholeBatch => {
+                (RequestState::Failed, true, 0)
+            }
+        };
+        ResultUpdate {
+            state,
+            outcome,
+            status_code,
+            output: None,
+            error: Some(error),
+            input_tokens: None,
+            output_tokens: None,
+            spends_attempt,
+            not_before,
+            at: now,
+        }
+    }
+
+    /// What becomes of requests the batch's files did not mention.
+    fn rest_outcome(&self, tranche: &TrancheRecord) -> (Failure, serde_json::Value, AttemptOutcome) {
         let status = tranche.batch_status.as_deref().and_then(|s| {
             serde_json::from_value::<BatchStatus>(serde_json::Value::String(s.to_owned())).ok()
         });
@@ -694,7 +874,7 @@ impl Engine {
                     .unwrap_or("the provider failed the batch")
                     .to_owned();
                 (
-                    RequestState::Failed,
+                    Failure::WholeBatch,
                     serde_json::json!({
                         "provider": provider, "status": null, "error_type": "batch_failed",
                         "code": code, "message": message, "param": first.get("param"),
@@ -705,7 +885,7 @@ impl Engine {
                 )
             }
             Some(BatchStatus::Cancelled | BatchStatus::Cancelling) => (
-                RequestState::Cancelled,
+                if tranche.cancel_requested { Failure::UserCancel } else { Failure::Retryable },
                 serde_json::json!({
                     "provider": provider, "status": null, "error_type": null, "code": "batch_cancelled",
                     "message": "the batch was cancelled before this request ran", "param": null,
@@ -714,7 +894,7 @@ impl Engine {
                 AttemptOutcome::Cancelled,
             ),
             Some(BatchStatus::Expired) => (
-                RequestState::Failed,
+                Failure::Retryable,
                 serde_json::json!({
                     "provider": provider, "status": null, "error_type": null, "code": "batch_expired",
                     "message": "the batch expired before this request ran", "param": null,
@@ -723,7 +903,7 @@ impl Engine {
                 AttemptOutcome::Expired,
             ),
             _ => (
-                RequestState::Failed,
+                Failure::Retryable,
                 serde_json::json!({
                     "provider": provider, "status": null, "error_type": null, "code": "missing_result",
                     "message": "the batch ended without a result line for this request", "param": null,
@@ -759,12 +939,32 @@ impl Engine {
             if counts.open() > 0 || self.store.job_open_tranches(job.id).await? > 0 {
                 continue;
             }
-            let state = if job.last_error.is_some() { JobState::Failed } else { JobState::Done };
+            let state = if job.cancel_requested {
+                JobState::Cancelled
+            } else if job.last_error.is_some() {
+                JobState::Failed
+            } else {
+                JobState::Done
+            };
             self.store.set_job_state(job.id, state, None, unix_now()).await?;
             info!(job = %job.id, state = %state, succeeded = counts.succeeded, failed = counts.failed, "job ended");
         }
         Ok(())
     }
+}
+
+/// How a request's failure counts against its retry budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// Worth sending again (5xx, 429, overloaded, expired, cancelled by the provider).
+    Retryable,
+    /// Sending it again cannot help (a 4xx such as `context_length_exceeded`).
+    Fatal,
+    /// The whole batch failed (validation, token limit): back to the pool without spending an
+    /// attempt, a bounded number of times.
+    WholeBatch,
+    /// The user cancelled the job.
+    UserCancel,
 }
 
 /// A step's failure: either the provider's (recorded, then carried on from) or the engine's.

@@ -47,6 +47,13 @@ impl Engine {
             .get(provider_kind)
             .ok_or(SubmitError::ProviderNotConfigured(provider_kind))?;
         let limits = self.config().limits(provider_kind);
+        let accepted_at = crate::unix_now();
+        let max_attempts = settings
+            .get("max_attempts")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(self.config().max_attempts);
         let job_id = JobId::new();
         let mut writer = self
             .store()
@@ -121,6 +128,9 @@ impl Engine {
                     body: &request.body,
                     wire_bytes,
                     input_hash: &request.input_hash.to_hex(),
+                    max_attempts,
+                    est_tokens: tranche_core::tokens::estimate(&request.body),
+                    accepted_at,
                 })
                 .await?;
         }

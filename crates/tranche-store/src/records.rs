@@ -30,6 +30,11 @@ pub struct NewRequest<'a> {
     /// The size of the request's line in the provider's input.
     pub wire_bytes: u64,
     pub input_hash: &'a str,
+    /// How many times the request may be sent before it ends failed.
+    pub max_attempts: u32,
+    /// Estimated input + output tokens, for enqueued-token admission.
+    pub est_tokens: u64,
+    pub accepted_at: i64,
 }
 
 /// A stored job.
@@ -43,6 +48,7 @@ pub struct JobRecord {
     pub accepted: u64,
     /// The upstream error that stopped the job, if one did.
     pub last_error: Option<serde_json::Value>,
+    pub cancel_requested: bool,
     pub created_at: i64,
     pub updated_at: i64,
     pub finished_at: Option<i64>,
@@ -57,6 +63,10 @@ pub struct RequestCounts {
     pub succeeded: u64,
     pub failed: u64,
     pub cancelled: u64,
+    /// Succeeded requests answered from an earlier identical request, at no cost.
+    pub cached: u64,
+    /// Requests that needed more than one attempt.
+    pub retried: u64,
 }
 
 impl RequestCounts {
@@ -89,6 +99,8 @@ pub struct TokenTotals {
 pub struct PendingItem {
     pub request_id: i64,
     pub wire_id: String,
+    pub accepted_at: i64,
+    pub est_tokens: u64,
     pub endpoint: Endpoint,
     pub model: String,
     pub wire_bytes: u64,
@@ -98,6 +110,7 @@ pub struct PendingItem {
 #[derive(Debug, Clone)]
 pub struct NewTranche {
     pub id: TrancheId,
+    pub est_tokens: u64,
     pub provider: ProviderKind,
     pub endpoint: Endpoint,
     pub model: String,
@@ -128,6 +141,10 @@ pub struct TrancheRecord {
     pub last_error: Option<serde_json::Value>,
     /// Do not work on it before this time (backoff).
     pub not_before: i64,
+    /// Estimated tokens of its requests, for enqueued-token admission.
+    pub est_tokens: u64,
+    /// The user cancelled every job with requests in it.
+    pub cancel_requested: bool,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -218,7 +235,21 @@ pub struct ResultUpdate<'a> {
     pub error: Option<&'a str>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// Whether this result spends one of the request's attempts (a whole-batch failure
+    /// returns requests to the pool without spending one).
+    pub spends_attempt: bool,
+    /// For a request returned to the pool: not before this time.
+    pub not_before: i64,
     pub at: i64,
+}
+
+/// Where a request stands in its retry budget, for the engine to decide what a failure means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptInfo {
+    /// Attempts spent before this one.
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub batch_returns: u32,
 }
 
 /// One request's outcome, as `tranche results` prints it.

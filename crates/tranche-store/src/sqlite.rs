@@ -119,8 +119,8 @@ impl Store {
 
     pub async fn job(&self, id: JobId) -> StoreResult<Option<JobRecord>> {
         let row = sqlx::query(
-            "SELECT id, provider, state, source, settings, accepted, last_error, created_at,
-                    updated_at, finished_at
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at
              FROM jobs WHERE id = ?",
         )
         .bind(id.to_string())
@@ -132,8 +132,8 @@ impl Store {
     /// The newest jobs first.
     pub async fn recent_jobs(&self, limit: u32) -> StoreResult<Vec<JobRecord>> {
         let rows = sqlx::query(
-            "SELECT id, provider, state, source, settings, accepted, last_error, created_at,
-                    updated_at, finished_at
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at
              FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?",
         )
         .bind(i64::from(limit))
@@ -145,8 +145,8 @@ impl Store {
     /// Jobs that are not in a terminal state.
     pub async fn open_jobs(&self) -> StoreResult<Vec<JobRecord>> {
         let rows = sqlx::query(
-            "SELECT id, provider, state, source, settings, accepted, last_error, created_at,
-                    updated_at, finished_at
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at
              FROM jobs WHERE state IN ('pending', 'running') ORDER BY id",
         )
         .fetch_all(&self.pool)
@@ -189,6 +189,15 @@ impl Store {
             let n: i64 = row.try_get(1)?;
             counts.add(parse("request state", &state)?, to_u64(n));
         }
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(cached), 0), COALESCE(SUM(attempts > 1), 0)
+             FROM requests WHERE job_id = ?",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        counts.cached = to_u64(row.try_get(0)?);
+        counts.retried = to_u64(row.try_get(1)?);
         Ok(counts)
     }
 
@@ -248,13 +257,15 @@ impl Store {
 
     // ---- planning --------------------------------------------------------------------------
 
-    /// Requests of one provider waiting for a tranche, in the order they were accepted.
-    pub async fn pending_items(&self, provider: ProviderKind) -> StoreResult<Vec<PendingItem>> {
+    /// Requests of one provider waiting for a tranche whose backoff has passed, in the order
+    /// they were accepted.
+    pub async fn pending_items(&self, provider: ProviderKind, now: i64) -> StoreResult<Vec<PendingItem>> {
         let rows = sqlx::query(
-            "SELECT id, endpoint, model, wire_bytes, wire_id FROM requests
-             WHERE state = 'pending' AND provider = ? ORDER BY endpoint, model, id",
+            "SELECT id, endpoint, model, wire_bytes, wire_id, accepted_at, est_tokens FROM requests
+             WHERE state = 'pending' AND provider = ? AND not_before <= ? ORDER BY endpoint, model, id",
         )
         .bind(provider.as_str())
+        .bind(now)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -266,9 +277,114 @@ impl Store {
                     model: row.try_get(2)?,
                     wire_bytes: to_u64(row.try_get(3)?),
                     wire_id: row.try_get(4)?,
+                    accepted_at: row.try_get(5)?,
+                    est_tokens: to_u64(row.try_get(6)?),
                 })
             })
             .collect()
+    }
+
+    /// Answers waiting requests of one provider from an earlier succeeded result with the same
+    /// custom id and input hash (from any job), at no cost. Returns how many were answered.
+    pub async fn answer_from_earlier(&self, provider: ProviderKind, now: i64) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE requests SET
+                state = 'succeeded', cached = 1, finished_at = ?1, error = NULL,
+                input_tokens = NULL, output_tokens = NULL,
+                output = (SELECT p.output FROM requests AS p
+                          WHERE p.custom_id = requests.custom_id AND p.input_hash = requests.input_hash
+                            AND p.state = 'succeeded' AND p.cached = 0
+                          ORDER BY p.finished_at DESC, p.id DESC LIMIT 1)
+             WHERE state = 'pending' AND provider = ?2
+               AND EXISTS (SELECT 1 FROM requests AS p
+                           WHERE p.custom_id = requests.custom_id AND p.input_hash = requests.input_hash
+                             AND p.state = 'succeeded' AND p.cached = 0)",
+        )
+        .bind(now)
+        .bind(provider.as_str())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Estimated tokens per model in tranches that are, or are about to be, at the provider.
+    pub async fn enqueued_tokens(&self, provider: ProviderKind) -> StoreResult<Vec<(String, u64)>> {
+        let rows = sqlx::query(
+            "SELECT model, COALESCE(SUM(est_tokens), 0) FROM tranches
+             WHERE provider = ? AND state IN ('planned', 'uploading', 'uploaded', 'creating', 'submitted')
+             GROUP BY model ORDER BY model",
+        )
+        .bind(provider.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|row| Ok((row.try_get(0)?, to_u64(row.try_get(1)?)))).collect()
+    }
+
+    /// Marks a job as cancelled by its user and cancels its requests that are still waiting
+    /// for a tranche. Returns how many requests that cancelled.
+    pub async fn cancel_job(&self, id: JobId, at: i64) -> StoreResult<u64> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ?")
+            .bind(at)
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'cancelled', finished_at = ?, tranche_id = NULL
+             WHERE job_id = ? AND state = 'pending'",
+        )
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    /// The unfinished tranches holding a job's queued requests, each with whether the job's
+    /// requests are the only ones in it.
+    pub async fn job_live_tranches(&self, id: JobId) -> StoreResult<Vec<(TrancheRecord, bool)>> {
+        let rows = sqlx::query(
+            "SELECT t.*, NOT EXISTS (SELECT 1 FROM requests o
+                                     WHERE o.tranche_id = t.id AND o.job_id <> ?1) AS exclusive
+             FROM tranches t
+             WHERE t.state NOT IN ('done', 'failed')
+               AND t.id IN (SELECT DISTINCT tranche_id FROM requests
+                            WHERE job_id = ?1 AND state = 'queued' AND tranche_id IS NOT NULL)
+             ORDER BY t.created_at, t.id",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((tranche_from_row(row)?, row.try_get::<i64, _>("exclusive")? != 0)))
+            .collect()
+    }
+
+    /// Asks for a tranche's batch to be cancelled at the provider (the engine does it).
+    pub async fn request_tranche_cancel(&self, id: TrancheId, at: i64) -> StoreResult<()> {
+        sqlx::query("UPDATE tranches SET cancel_requested = 1, not_before = ?, updated_at = ? WHERE id = ?")
+            .bind(at)
+            .bind(at)
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Ends a job's queued requests in a tranche shared with other jobs as cancelled; the
+    /// tranche goes on for the others, and their results for this job are ignored.
+    pub async fn detach_job(&self, job: JobId, tranche: TrancheId, at: i64) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'cancelled', finished_at = ?
+             WHERE job_id = ? AND tranche_id = ? AND state = 'queued'",
+        )
+        .bind(at)
+        .bind(job.to_string())
+        .bind(tranche.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// Records a tranche and claims its requests, in one transaction. Requests no longer
@@ -282,14 +398,15 @@ impl Store {
         let id = tranche.id.to_string();
         sqlx::query(
             "INSERT INTO tranches (id, provider, endpoint, model, state, request_count, bytes,
-                                   created_at, updated_at)
-             VALUES (?, ?, ?, ?, 'planned', 0, ?, ?, ?)",
+                                   est_tokens, created_at, updated_at)
+             VALUES (?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
         )
         .bind(&id)
         .bind(tranche.provider.as_str())
         .bind(tranche.endpoint.as_str())
         .bind(&tranche.model)
         .bind(to_i64(tranche.bytes))
+        .bind(to_i64(tranche.est_tokens))
         .bind(tranche.created_at)
         .bind(tranche.created_at)
         .execute(&mut *tx)
@@ -566,8 +683,9 @@ impl JobWriter {
     pub async fn add(&mut self, request: &NewRequest<'_>) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO requests (job_id, line, custom_id, wire_id, provider, endpoint, model, body,
-                                   wire_bytes, input_hash, state)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
+                                   wire_bytes, input_hash, state, max_attempts, est_tokens,
+                                   accepted_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
         )
         .bind(self.job.to_string())
         .bind(to_i64(request.line))
@@ -579,6 +697,9 @@ impl JobWriter {
         .bind(request.body)
         .bind(to_i64(request.wire_bytes))
         .bind(request.input_hash)
+        .bind(i64::from(request.max_attempts))
+        .bind(to_i64(request.est_tokens))
+        .bind(request.accepted_at)
         .execute(&mut *self.tx)
         .await?;
         self.accepted += 1;
@@ -612,11 +733,42 @@ pub struct IngestWriter {
 impl IngestWriter {
     /// Records the result for the request with `wire_id` in this tranche. Returns false when
     /// no queued request of the tranche has that id (unknown, or already recorded).
+    /// Where the queued request with `wire_id` in this tranche stands, if there is one.
+    pub async fn attempt_info(&mut self, wire_id: &str) -> StoreResult<Option<AttemptInfo>> {
+        let row = sqlx::query(
+            "SELECT attempts, max_attempts, batch_returns FROM requests
+             WHERE tranche_id = ? AND wire_id = ? AND state = 'queued'",
+        )
+        .bind(&self.tranche)
+        .bind(wire_id)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        row.map(|row| attempt_info(&row)).transpose()
+    }
+
+    /// The tranche's requests that have no result yet, with where each stands.
+    pub async fn unanswered(&mut self) -> StoreResult<Vec<(String, AttemptInfo)>> {
+        let rows = sqlx::query(
+            "SELECT attempts, max_attempts, batch_returns, wire_id FROM requests
+             WHERE tranche_id = ? AND state = 'queued' ORDER BY id",
+        )
+        .bind(&self.tranche)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter().map(|row| Ok((row.try_get(3)?, attempt_info(row)?))).collect()
+    }
+
+    /// Records the result for the request with `wire_id` in this tranche. Returns false when
+    /// no queued request of the tranche has that id (unknown, or already recorded). A request
+    /// whose new state is `pending` leaves the tranche and returns to the pool.
     pub async fn record(&mut self, wire_id: &str, update: &ResultUpdate<'_>) -> StoreResult<bool> {
         let row = sqlx::query(
-            "UPDATE requests SET state = ?, output = ?, error = ?, input_tokens = ?,
-                    output_tokens = ?, finished_at = ?, attempts = attempts + 1
-             WHERE tranche_id = ? AND wire_id = ? AND state = 'queued'
+            "UPDATE requests SET state = ?1, output = ?2, error = ?3, input_tokens = ?4,
+                    output_tokens = ?5, finished_at = ?6,
+                    attempts = attempts + ?7, batch_returns = batch_returns + (1 - ?7),
+                    tranche_id = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_id END,
+                    not_before = ?8
+             WHERE tranche_id = ?9 AND wire_id = ?10 AND state = 'queued'
              RETURNING id, attempts",
         )
         .bind(update.state.as_str())
@@ -625,6 +777,8 @@ impl IngestWriter {
         .bind(update.input_tokens.map(to_i64))
         .bind(update.output_tokens.map(to_i64))
         .bind(update.state.is_terminal().then_some(update.at))
+        .bind(i64::from(update.spends_attempt))
+        .bind(update.not_before)
         .bind(&self.tranche)
         .bind(wire_id)
         .fetch_optional(&mut *self.tx)
@@ -632,26 +786,6 @@ impl IngestWriter {
         let Some(row) = row else { return Ok(false) };
         self.insert_attempt(&row, update).await?;
         Ok(true)
-    }
-
-    /// Gives every request of the tranche that has no result yet the same outcome.
-    /// Returns how many there were.
-    pub async fn record_rest(&mut self, update: &ResultUpdate<'_>) -> StoreResult<u64> {
-        let rows = sqlx::query(
-            "UPDATE requests SET state = ?, error = ?, finished_at = ?, attempts = attempts + 1
-             WHERE tranche_id = ? AND state = 'queued'
-             RETURNING id, attempts",
-        )
-        .bind(update.state.as_str())
-        .bind(update.error)
-        .bind(update.state.is_terminal().then_some(update.at))
-        .bind(&self.tranche)
-        .fetch_all(&mut *self.tx)
-        .await?;
-        for row in &rows {
-            self.insert_attempt(row, update).await?;
-        }
-        Ok(rows.len() as u64)
     }
 
     async fn insert_attempt(
@@ -663,7 +797,8 @@ impl IngestWriter {
         let attempt: i64 = row.try_get(1)?;
         sqlx::query(
             "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, error, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (request_id, tranche_id) DO NOTHING",
         )
         .bind(request_id)
         .bind(attempt)
@@ -691,6 +826,14 @@ impl IngestWriter {
     }
 }
 
+fn attempt_info(row: &SqliteRow) -> StoreResult<AttemptInfo> {
+    let n = |i: usize| -> StoreResult<u32> {
+        let v: i64 = row.try_get(i)?;
+        Ok(u32::try_from(v).unwrap_or(u32::MAX))
+    };
+    Ok(AttemptInfo { attempts: n(0)?, max_attempts: n(1)?, batch_returns: n(2)? })
+}
+
 fn job_from_row(row: &SqliteRow) -> StoreResult<JobRecord> {
     let id: String = row.try_get("id")?;
     let provider: String = row.try_get("provider")?;
@@ -705,6 +848,7 @@ fn job_from_row(row: &SqliteRow) -> StoreResult<JobRecord> {
             .map_err(|e| StoreError::Corrupt(format!("job settings: {e}")))?,
         accepted: to_u64(row.try_get("accepted")?),
         last_error: json_opt(row.try_get("last_error")?)?,
+        cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         finished_at: row.try_get("finished_at")?,
@@ -733,6 +877,8 @@ fn tranche_from_row(row: &SqliteRow) -> StoreResult<TrancheRecord> {
         batch_errors: json_opt(row.try_get("batch_errors")?)?,
         last_error: json_opt(row.try_get("last_error")?)?,
         not_before: row.try_get("not_before")?,
+        est_tokens: to_u64(row.try_get("est_tokens")?),
+        cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })

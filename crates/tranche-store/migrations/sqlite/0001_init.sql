@@ -9,6 +9,7 @@ CREATE TABLE jobs (
     settings    TEXT NOT NULL,
     accepted    INTEGER NOT NULL,
     last_error  TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
     created_at  INTEGER NOT NULL,
     updated_at  INTEGER NOT NULL,
     finished_at INTEGER
@@ -32,6 +33,8 @@ CREATE TABLE tranches (
     batch_errors   TEXT,
     last_error     TEXT,
     not_before     INTEGER NOT NULL DEFAULT 0,
+    est_tokens     INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
     created_at     INTEGER NOT NULL,
     updated_at     INTEGER NOT NULL
 ) STRICT;
@@ -53,6 +56,14 @@ CREATE TABLE requests (
     state         TEXT NOT NULL CHECK (state IN ('pending', 'queued', 'succeeded', 'failed', 'cancelled')),
     tranche_id    TEXT REFERENCES tranches (id),
     attempts      INTEGER NOT NULL DEFAULT 0,
+    max_attempts  INTEGER NOT NULL,
+    -- Times a whole-batch failure returned the request to the pool without spending an attempt.
+    batch_returns INTEGER NOT NULL DEFAULT 0,
+    -- 1 when answered from an earlier succeeded result with the same custom_id and input_hash.
+    cached        INTEGER NOT NULL DEFAULT 0,
+    est_tokens    INTEGER NOT NULL,
+    accepted_at   INTEGER NOT NULL,
+    not_before    INTEGER NOT NULL DEFAULT 0,
     output        TEXT,
     error         TEXT,
     input_tokens  INTEGER,
@@ -64,6 +75,7 @@ CREATE TABLE requests (
 CREATE INDEX requests_pending ON requests (provider, endpoint, model, id) WHERE state = 'pending';
 CREATE INDEX requests_by_tranche ON requests (tranche_id, wire_id);
 CREATE INDEX requests_by_job_state ON requests (job_id, state);
+CREATE INDEX requests_answers ON requests (custom_id, input_hash) WHERE state = 'succeeded' AND cached = 0;
 
 CREATE TABLE attempts (
     request_id  INTEGER NOT NULL REFERENCES requests (id),
@@ -73,7 +85,9 @@ CREATE TABLE attempts (
     status_code INTEGER,
     error       TEXT,
     created_at  INTEGER NOT NULL,
-    PRIMARY KEY (request_id, attempt)
+    -- A request is in a tranche at most once; a whole-batch return does not spend an attempt,
+    -- so one attempt number can appear for several tranches.
+    PRIMARY KEY (request_id, tranche_id)
 ) STRICT;
 
 CREATE TABLE provider_files (
