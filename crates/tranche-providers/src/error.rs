@@ -89,12 +89,17 @@ impl UpstreamError {
         }
     }
 
-    /// Whether repeating the same call can succeed. Decided from status and kind only, never from text:
-    /// 408, 409, 429, 5xx (including 529), timeouts, connection, transport and local IO trouble are
-    /// retryable; other 4xx and undecodable 2xx bodies are not.
+    /// Whether repeating the same call can succeed. Decided from status, error type and kind, never
+    /// from text: 408, 429, 5xx (including 529), timeouts, connection, transport and local IO
+    /// trouble are retryable; other 4xx (409 included: a batch in the wrong state for the call
+    /// stays so) and undecodable 2xx bodies are not. An HTTP error without a
+    /// status (never built by the adapters) is judged by its error type.
     pub fn retryable(&self) -> bool {
         match self.kind {
-            ErrorKind::Http => self.status.is_some_and(status_is_retryable),
+            ErrorKind::Http => match self.status {
+                Some(status) => status_is_retryable(status),
+                None => self.error_type.as_deref().is_some_and(error_type_is_retryable),
+            },
             ErrorKind::Timeout | ErrorKind::Connect | ErrorKind::Transport | ErrorKind::Io => true,
             ErrorKind::Decode | ErrorKind::Unsupported => false,
         }
@@ -183,7 +188,7 @@ impl fmt::Display for UpstreamError {
             (ErrorKind::Http, None) => write!(f, "{provider} returned an error: {}", self.message)?,
             (ErrorKind::Timeout, _) => write!(f, "{provider} request timed out: {}", self.message)?,
             (ErrorKind::Unsupported, _) => {
-                write!(f, "{provider} does not support this: {}", self.message)?
+                write!(f, "{provider} does not support this: {}", self.message)?;
             }
             (ErrorKind::Connect, _) => {
                 write!(f, "could not connect to {provider}: {}", self.message)?;
@@ -227,9 +232,29 @@ impl UpstreamError {
     }
 }
 
-/// 408, 409, 429 and every 5xx (including Anthropic's 529) may succeed when repeated.
+/// 408, 429 and every 5xx (including Anthropic's 529) may succeed when repeated; other 4xx will not.
 pub(crate) fn status_is_retryable(status: u16) -> bool {
-    matches!(status, 408 | 409 | 429) || (500..=599).contains(&status)
+    matches!(status, 408 | 429) || (500..=599).contains(&status)
+}
+
+/// Whether a request that failed with this provider error type can succeed when sent again, for
+/// errors that carry a type but no HTTP status (Anthropic's `errored` result lines).
+///
+/// Following Anthropic's guide ("an `invalid_request_error` must be fixed; other types can be
+/// retried"): the request's own faults (`invalid_request_error`, `request_too_large`) and
+/// account faults that a resend cannot cure (`authentication_error`, `permission_error`,
+/// `not_found_error`, `billing_error`) are fatal; `api_error`, `overloaded_error`,
+/// `rate_limit_error`, `timeout_error` and types tranche does not know yet are retryable.
+pub(crate) fn error_type_is_retryable(error_type: &str) -> bool {
+    !matches!(
+        error_type,
+        "invalid_request_error"
+            | "request_too_large"
+            | "authentication_error"
+            | "permission_error"
+            | "not_found_error"
+            | "billing_error"
+    )
 }
 
 /// A provider setting that cannot work; raised before any request is sent.
@@ -246,6 +271,10 @@ pub enum ConfigError {
     InvalidBaseUrl { url: String, reason: String },
     #[error("{field} = {value} seconds is outside the allowed range {min}..={max}")]
     ExpiryOutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
+    #[error("`{value}` is not a usable {provider} API version")]
+    InvalidApiVersion { value: String, provider: ProviderKind },
+    #[error("the {name} header value cannot be sent in an HTTP header")]
+    InvalidHeader { name: &'static str },
     #[error("could not build the HTTP client: {0}")]
     HttpClient(String),
 }
@@ -499,7 +528,7 @@ mod tests {
             (ErrorKind::Http, Some(403), false),
             (ErrorKind::Http, Some(404), false),
             (ErrorKind::Http, Some(408), true),
-            (ErrorKind::Http, Some(409), true),
+            (ErrorKind::Http, Some(409), false),
             (ErrorKind::Http, Some(413), false),
             (ErrorKind::Http, Some(422), false),
             (ErrorKind::Http, Some(429), true),
@@ -519,6 +548,31 @@ mod tests {
             let mut err = UpstreamError::new(ProviderKind::Openai, kind, "x");
             err.status = status;
             assert_eq!(err.retryable(), expected, "{kind:?} {status:?}");
+        }
+    }
+
+    #[test]
+    fn statusless_errors_are_judged_by_type() {
+        for (error_type, retryable) in [
+            ("invalid_request_error", false),
+            ("request_too_large", false),
+            ("authentication_error", false),
+            ("permission_error", false),
+            ("not_found_error", false),
+            ("billing_error", false),
+            ("api_error", true),
+            ("overloaded_error", true),
+            ("rate_limit_error", true),
+            ("timeout_error", true),
+            ("some_new_error", true),
+        ] {
+            assert_eq!(error_type_is_retryable(error_type), retryable, "{error_type}");
+            let mut err = UpstreamError::new(ProviderKind::Anthropic, ErrorKind::Http, "x");
+            err.error_type = Some(error_type.to_owned());
+            assert_eq!(err.retryable(), retryable, "{error_type}");
+            // With a status, the status decides.
+            err.status = Some(400);
+            assert!(!err.retryable());
         }
     }
 

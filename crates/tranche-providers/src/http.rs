@@ -117,6 +117,23 @@ where
     }
 }
 
+/// A JSON call: the request `build` makes is sent once, or retried per `policy` when `retry`
+/// (reads and deletes only), and a 2xx body is read as JSON.
+pub(crate) async fn call_json<T: DeserializeOwned>(
+    provider: ProviderKind,
+    policy: &RetryPolicy,
+    retry: bool,
+    method: &Method,
+    path: &str,
+    build: impl Fn() -> RequestBuilder,
+) -> Result<T, UpstreamError> {
+    with_retries(policy, retry, || async {
+        let response = send(provider, build(), method, path).await?;
+        read_json(provider, response, method, path).await
+    })
+    .await
+}
+
 /// Sends one request; a non-success status becomes an `UpstreamError` with the body's facts.
 pub(crate) async fn send(
     provider: ProviderKind,

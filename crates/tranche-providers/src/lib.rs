@@ -1,15 +1,23 @@
-//! tranche's provider adapters: the batch lifecycle (upload, create, get, list, cancel, download,
-//! delete) behind the `Provider` trait, and `UpstreamError`, which keeps every fact a provider gave.
+//! tranche's provider adapters (OpenAI, Azure OpenAI, Anthropic): the batch lifecycle (upload,
+//! create, get, list, cancel, download, delete) behind the `Provider` trait, and `UpstreamError`,
+//! which keeps every fact a provider gave.
 //!
 //! Architecture invariant: this crate knows nothing about the store or the engine. It turns calls
 //! into HTTP and HTTP back into values; deciding what to do next is the engine's job.
 
+pub mod anthropic;
+pub mod azure;
 mod error;
 mod http;
+mod jsonl;
+mod oai;
 pub mod openai;
 mod provider;
+mod time;
 mod types;
 
+pub use anthropic::{AnthropicConfig, AnthropicProvider};
+pub use azure::{AzureAuth, AzureConfig, AzureProvider, AzureSurface};
 pub use error::{ConfigError, ErrorKind, LineParseError, UpstreamError};
 pub use http::{RetryPolicy, USER_AGENT, http_client};
 pub use openai::{OpenAiConfig, OpenAiProvider};

@@ -13,9 +13,10 @@ use crate::types::{
 /// A provider's batch API. Adapters talk HTTP; they know nothing of the store or the engine.
 ///
 /// Calls that only read or delete (`retrieve_batch`, `list_batches`, `download_file`,
-/// `delete_file`) retry transient failures themselves; calls with side effects
-/// (`upload_batch_file`, `create_batch`, `cancel_batch`) are tried once, so that the engine can
-/// check what the provider already has before repeating them.
+/// `delete_file`, `download_results`, `delete_batch`) retry transient failures themselves; calls
+/// with side effects (`upload_batch_file`, `create_batch`, `cancel_batch`) are tried once, so that
+/// the engine can check what the provider already has before repeating them. Operations a
+/// provider does not have answer `ErrorKind::Unsupported` (Anthropic has no files).
 #[async_trait::async_trait]
 pub trait Provider: Send + Sync + std::fmt::Debug {
     fn kind(&self) -> ProviderKind;
@@ -49,7 +50,7 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     async fn retrieve_batch(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError>;
 
     /// One page of batches, newest first, starting after `after`; `limit` is clamped to what the
-    /// provider allows (OpenAI: 1..=100).
+    /// provider allows (OpenAI and Azure: 1..=100; Anthropic: 1..=1000).
     async fn list_batches(
         &self,
         after: Option<&BatchId>,

@@ -226,9 +226,10 @@ pub struct LineError {
 impl fmt::Display for LineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.provider)?;
-        match self.status {
-            Some(status) => write!(f, " returned {status}")?,
-            None => f.write_str(" did not run the request")?,
+        match (self.status, &self.error_type) {
+            (Some(status), _) => write!(f, " returned {status}")?,
+            (None, Some(_)) => f.write_str(" reported")?,
+            (None, None) => f.write_str(" did not run the request")?,
         }
         match (&self.error_type, &self.code) {
             (Some(t), Some(c)) => write!(f, " {t}/{c}")?,
@@ -303,6 +304,34 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "openai returned 400 invalid_request_error/context_length_exceeded: too long (param messages) (request id req_1)"
+        );
+        let errored = LineError {
+            provider: ProviderKind::Anthropic,
+            status: None,
+            error_type: Some("invalid_request_error".into()),
+            code: None,
+            message: "prompt is too long".into(),
+            param: None,
+            request_id: Some("req_2".into()),
+            retryable: false,
+        };
+        assert_eq!(
+            errored.to_string(),
+            "anthropic reported invalid_request_error: prompt is too long (request id req_2)"
+        );
+        let expired = LineError {
+            provider: ProviderKind::Anthropic,
+            status: None,
+            error_type: None,
+            code: Some("batch_expired".into()),
+            message: "the batch expired first".into(),
+            param: None,
+            request_id: None,
+            retryable: true,
+        };
+        assert_eq!(
+            expired.to_string(),
+            "anthropic did not run the request batch_expired: the batch expired first"
         );
     }
 }

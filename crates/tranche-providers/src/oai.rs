@@ -1,0 +1,976 @@
+//! The OpenAI-shaped Files and Batches wire, shared by the OpenAI and Azure OpenAI adapters: the
+//! client (URLs, auth, retries, redaction), the input and result line shapes, and the batch, file
+//! and list objects, read leniently enough for Azure's documented quirks (ISO timestamps,
+//! capitalised statuses, null request counts, empty-string file ids, result lines without `id`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use reqwest::header::HeaderValue;
+use reqwest::multipart::{Form, Part};
+use reqwest::{Method, RequestBuilder, Url};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+use tranche_core::{Endpoint, ProviderKind, TrancheId};
+
+use crate::error::{
+    ConfigError, ErrorKind, LineParseError, UpstreamError, body_snippet, parse_error_body,
+    status_is_retryable,
+};
+use crate::http::{self, RetryPolicy};
+use crate::jsonl::{write_json_string, write_raw_one_line};
+use crate::time::{opt_timestamp, timestamp};
+use crate::types::{
+    BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, LineError,
+    LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
+};
+
+/// The `body` of a call that sends none.
+const NO_BODY: Option<&()> = None;
+
+/// How the key travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Auth {
+    /// `Authorization: Bearer <key>` (OpenAI; Azure with an Entra ID token).
+    Bearer,
+    /// `api-key: <key>` (Azure).
+    ApiKeyHeader,
+}
+
+impl Auth {
+    /// The header value the secret becomes, or `None` when it cannot be sent in a header.
+    fn header_value(self, secret: &str) -> Option<HeaderValue> {
+        let text = match self {
+            Self::Bearer => format!("Bearer {secret}"),
+            Self::ApiKeyHeader => secret.to_owned(),
+        };
+        let mut value = HeaderValue::from_str(&text).ok()?;
+        value.set_sensitive(true);
+        Some(value)
+    }
+
+    fn header_name(self) -> &'static str {
+        match self {
+            Self::Bearer => "authorization",
+            Self::ApiKeyHeader => "api-key",
+        }
+    }
+}
+
+/// Checks that a key is non-empty and can travel in its header.
+pub(crate) fn check_secret(
+    provider: ProviderKind,
+    auth: Auth,
+    secret: &SecretString,
+) -> Result<(), ConfigError> {
+    let key = secret.expose_secret();
+    if key.trim().is_empty() {
+        return Err(ConfigError::EmptyApiKey { provider });
+    }
+    if auth.header_value(key).is_none() {
+        return Err(ConfigError::InvalidApiKey { provider });
+    }
+    Ok(())
+}
+
+/// Parses a base URL: http or https, no query or fragment, no trailing empty segment.
+pub(crate) fn parse_base_url(text: &str) -> Result<Url, ConfigError> {
+    let invalid = |reason: &str| ConfigError::InvalidBaseUrl {
+        url: text.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let mut url = Url::parse(text.trim()).map_err(|err| invalid(&err.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("the scheme must be http or https"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("it must not have a query or fragment"));
+    }
+    url.path_segments_mut().map_err(|()| invalid("it cannot have a path"))?.pop_if_empty();
+    Ok(url)
+}
+
+/// Checks an optional expiry against a provider's allowed range.
+pub(crate) fn check_expiry(
+    field: &'static str,
+    value: Option<u64>,
+    range: &std::ops::RangeInclusive<u64>,
+) -> Result<(), ConfigError> {
+    match value {
+        Some(value) if !range.contains(&value) => Err(ConfigError::ExpiryOutOfRange {
+            field,
+            value,
+            min: *range.start(),
+            max: *range.end(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// How the create call names the endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndpointStyle {
+    /// `/v1/chat/completions` (OpenAI).
+    Full,
+    /// `/chat/completions`, as Azure's examples send it.
+    WithoutV1,
+}
+
+impl EndpointStyle {
+    fn render(self, endpoint: Endpoint) -> &'static str {
+        let full = endpoint.as_str();
+        match self {
+            Self::Full => full,
+            Self::WithoutV1 => full.strip_prefix("/v1").unwrap_or(full),
+        }
+    }
+}
+
+/// What an OpenAI-shaped surface needs beyond the shared code.
+#[derive(Clone)]
+pub(crate) struct OaiSettings {
+    pub(crate) provider: ProviderKind,
+    /// Where `files` and `batches` live (`https://api.openai.com/v1`, `{endpoint}/openai/v1`,
+    /// `{endpoint}/openai`).
+    pub(crate) base_url: Url,
+    /// `api-version` query parameter sent with every call (Azure's dated surface).
+    pub(crate) api_version: Option<String>,
+    pub(crate) auth: Auth,
+    pub(crate) secret: SecretString,
+    pub(crate) file_expires_after: Option<u64>,
+    pub(crate) output_expires_after: Option<u64>,
+    pub(crate) endpoint_style: EndpointStyle,
+}
+
+/// A client for one OpenAI-shaped Files and Batches surface.
+#[derive(Clone)]
+pub(crate) struct OaiClient {
+    http: reqwest::Client,
+    settings: OaiSettings,
+    pub(crate) retry: RetryPolicy,
+}
+
+impl fmt::Debug for OaiClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.settings;
+        f.debug_struct("OaiClient")
+            .field("provider", &s.provider)
+            .field("base_url", &s.base_url.as_str())
+            .field("api_version", &s.api_version)
+            .field("auth", &s.auth)
+            .field("secret", &"[REDACTED]")
+            .field("file_expires_after", &s.file_expires_after)
+            .field("output_expires_after", &s.output_expires_after)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OaiClient {
+    pub(crate) fn new(settings: OaiSettings, http: reqwest::Client) -> Self {
+        Self { http, settings, retry: RetryPolicy::default() }
+    }
+
+    pub(crate) fn provider(&self) -> ProviderKind {
+        self.settings.provider
+    }
+
+    pub(crate) fn base_url(&self) -> &Url {
+        &self.settings.base_url
+    }
+
+    /// `base/segments...`, with `?api-version=` when the surface has one.
+    pub(crate) fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.settings.base_url.clone();
+        // The base URL was checked to take path segments.
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        if let Some(version) = &self.settings.api_version {
+            url.query_pairs_mut().append_pair("api-version", version);
+        }
+        url
+    }
+
+    fn request(&self, method: Method, url: Url) -> RequestBuilder {
+        let auth = self.settings.auth;
+        let request = self.http.request(method, url);
+        match auth.header_value(self.settings.secret.expose_secret()) {
+            Some(value) => request.header(auth.header_name(), value),
+            // The key was checked at construction; an unsendable key goes without one (and 401s).
+            None => request,
+        }
+    }
+
+    /// Removes the key from any text the provider echoed back (invariant 8).
+    fn redact(&self, err: UpstreamError) -> UpstreamError {
+        err.redact(self.settings.secret.expose_secret())
+    }
+
+    /// A JSON call: sent once, or retried per the policy when `retry` (reads and deletes only).
+    async fn call_json<T: serde::de::DeserializeOwned, B: Serialize + Sync>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        retry: bool,
+    ) -> Result<T, UpstreamError> {
+        let path = url.path().to_owned();
+        let result = http::call_json(self.provider(), &self.retry, retry, &method, &path, || {
+            let request = self.request(method.clone(), url.clone());
+            match body {
+                Some(body) => request.json(body),
+                None => request,
+            }
+        })
+        .await;
+        result.map_err(|err| self.redact(err))
+    }
+
+    /// Uploads a JSONL file (streamed) as `tranche-<id>.jsonl`, purpose batch. Never retried.
+    pub(crate) async fn upload(
+        &self,
+        tranche: TrancheId,
+        path: &Path,
+    ) -> Result<UploadedFile, UpstreamError> {
+        let provider = self.provider();
+        let filename = format!("tranche-{tranche}.jsonl");
+        let io_error = |err: std::io::Error| {
+            UpstreamError::new(
+                provider,
+                ErrorKind::Io,
+                format!("cannot read {}: {err}", path.display()),
+            )
+        };
+        let file = tokio::fs::File::open(path).await.map_err(io_error)?;
+        let len = file.metadata().await.map_err(io_error)?.len();
+        let part = Part::stream_with_length(file, len)
+            .file_name(filename.clone())
+            .mime_str("application/jsonl")
+            .map_err(|err| UpstreamError::new(provider, ErrorKind::Transport, err.to_string()))?;
+        let mut form = Form::new().text("purpose", "batch");
+        if let Some(seconds) = self.settings.file_expires_after {
+            // The SDKs' bracket form (`extra_body={"expires_after": ...}` on Azure).
+            form = form
+                .text("expires_after[anchor]", "created_at")
+                .text("expires_after[seconds]", seconds.to_string());
+        }
+        let form = form.part("file", part);
+
+        let method = Method::POST;
+        let url = self.url(&["files"]);
+        let url_path = url.path().to_owned();
+        // Not retried: a second upload would be a second file (the engine adopts by name instead).
+        let result: Result<WireFile, UpstreamError> = async {
+            let response = http::send(
+                provider,
+                self.request(method.clone(), url).multipart(form),
+                &method,
+                &url_path,
+            )
+            .await?;
+            http::read_json(provider, response, &method, &url_path).await
+        }
+        .await;
+        let file = result.map_err(|err| self.redact(err))?;
+        if self.settings.file_expires_after.is_some() && file.expires_at.is_none() {
+            tracing::warn!(%provider, file_id = %file.id, %filename, "upload accepted but the provider reports no expiry");
+        }
+        Ok(UploadedFile {
+            id: FileId::new(file.id),
+            bytes: file.bytes.unwrap_or(len),
+            filename: file.filename.filter(|f| !f.is_empty()).unwrap_or(filename),
+            created_at: file.created_at,
+            expires_at: file.expires_at,
+        })
+    }
+
+    /// Creates a batch from an uploaded file. Never retried.
+    pub(crate) async fn create(&self, req: CreateBatch<'_>) -> Result<RemoteBatch, UpstreamError> {
+        let BatchInput::File(input_file_id) = req.input else {
+            return Err(UpstreamError::new(
+                self.provider(),
+                ErrorKind::Unsupported,
+                "batches start from an uploaded file, not inline requests",
+            ));
+        };
+        let body = WireCreateBatch {
+            input_file_id: input_file_id.as_str(),
+            endpoint: self.settings.endpoint_style.render(req.endpoint),
+            completion_window: "24h",
+            metadata: BTreeMap::from([(
+                crate::TRANCHE_ID_METADATA_KEY,
+                req.tranche_id.to_string(),
+            )]),
+            output_expires_after: self
+                .settings
+                .output_expires_after
+                .map(|seconds| WireExpiresAfter { anchor: "created_at", seconds }),
+        };
+        // Not retried: a second create would be a second batch (the engine adopts by metadata).
+        let batch: WireBatch =
+            self.call_json(Method::POST, self.url(&["batches"]), Some(&body), false).await?;
+        Ok(batch.into())
+    }
+
+    pub(crate) async fn retrieve(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError> {
+        let url = self.url(&["batches", id.as_str()]);
+        let batch: WireBatch = self.call_json(Method::GET, url, NO_BODY, true).await?;
+        Ok(batch.into())
+    }
+
+    /// One page, `limit` clamped to 1..=100, after the `after` cursor.
+    pub(crate) async fn list(
+        &self,
+        after: Option<&BatchId>,
+        limit: u32,
+    ) -> Result<BatchPage, UpstreamError> {
+        let mut url = self.url(&["batches"]);
+        {
+            let mut query = url.query_pairs_mut();
+            query.append_pair("limit", &limit.clamp(1, 100).to_string());
+            if let Some(after) = after {
+                query.append_pair("after", after.as_str());
+            }
+        }
+        let list: WireList = self.call_json(Method::GET, url, NO_BODY, true).await?;
+        let data: Vec<RemoteBatch> = list.data.into_iter().map(RemoteBatch::from).collect();
+        let last_id = list
+            .last_id
+            .filter(|id| !id.is_empty())
+            .map(BatchId::new)
+            .or_else(|| data.last().map(|batch| batch.id.clone()));
+        Ok(BatchPage { data, has_more: list.has_more.unwrap_or(false), last_id })
+    }
+
+    /// Asks for cancellation. Never retried.
+    pub(crate) async fn cancel(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError> {
+        let url = self.url(&["batches", id.as_str(), "cancel"]);
+        let batch: WireBatch = self.call_json(Method::POST, url, NO_BODY, false).await?;
+        Ok(batch.into())
+    }
+
+    /// Streams a file's content to `dest`; retried on transient failures (each attempt rewrites
+    /// `dest` from the start).
+    pub(crate) async fn download(&self, id: &FileId, dest: &Path) -> Result<u64, UpstreamError> {
+        let provider = self.provider();
+        let method = Method::GET;
+        let url = self.url(&["files", id.as_str(), "content"]);
+        let path = url.path().to_owned();
+        let result = http::with_retries(&self.retry, true, || async {
+            let response =
+                http::send(provider, self.request(method.clone(), url.clone()), &method, &path)
+                    .await?;
+            http::stream_to_file(provider, response, dest, &method, &path).await
+        })
+        .await;
+        result.map_err(|err| self.redact(err))
+    }
+
+    /// Deletes a file; 404 counts as already deleted. Retried on transient failures.
+    pub(crate) async fn delete_file(&self, id: &FileId) -> Result<(), UpstreamError> {
+        let provider = self.provider();
+        let url = self.url(&["files", id.as_str()]);
+        match self.call_json::<WireDeleted, _>(Method::DELETE, url, NO_BODY, true).await {
+            Ok(WireDeleted { deleted: Some(false) }) => {
+                let mut err = UpstreamError::new(
+                    provider,
+                    ErrorKind::Decode,
+                    format!("{provider} did not delete file {id}"),
+                );
+                err.status = Some(200);
+                Err(err)
+            }
+            Ok(_) => Ok(()),
+            Err(err) if err.kind == ErrorKind::Http && err.status == Some(404) => {
+                tracing::debug!(%provider, file_id = %id, "file already gone");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// Appends `{"custom_id","method":"POST","url","body"}` and a newline (OpenAI and Azure input files).
+pub(crate) fn write_input_line(
+    out: &mut Vec<u8>,
+    wire_id: &str,
+    endpoint: Endpoint,
+    body: &RawValue,
+) {
+    out.extend_from_slice(b"{\"custom_id\":");
+    write_json_string(out, wire_id);
+    out.extend_from_slice(b",\"method\":\"POST\",\"url\":");
+    write_json_string(out, endpoint.as_str());
+    out.extend_from_slice(b",\"body\":");
+    write_raw_one_line(out, body);
+    out.extend_from_slice(b"}\n");
+}
+
+/// Reads one line of an OpenAI-shaped output or error file (with or without an `id`).
+pub(crate) fn parse_result_line(
+    provider: ProviderKind,
+    line: &str,
+) -> Result<ResultLine, LineParseError> {
+    let line = line.trim();
+    if line.is_empty() {
+        return Err(LineParseError::Empty);
+    }
+    let wire: WireResultLine =
+        serde_json::from_str(line).map_err(|err| LineParseError::Invalid(err.to_string()))?;
+    if let Some(error) = wire.error {
+        // The request never ran (batch expired or cancelled first).
+        let code = error.code.as_ref().and_then(json_text);
+        let retryable = matches!(code.as_deref(), Some("batch_expired" | "batch_cancelled"));
+        return Ok(ResultLine {
+            wire_id: wire.custom_id,
+            outcome: LineOutcome::Failed(LineError {
+                provider,
+                status: None,
+                error_type: None,
+                message: error.message.unwrap_or_else(|| code.clone().unwrap_or_default()),
+                code,
+                param: None,
+                request_id: None,
+                retryable,
+            }),
+        });
+    }
+    let Some(response) = wire.response else {
+        return Err(LineParseError::NoOutcome);
+    };
+    let status = response.status_code;
+    if (200..300).contains(&status) {
+        let body = response.body.ok_or(LineParseError::MissingBody { status })?;
+        return Ok(ResultLine {
+            wire_id: wire.custom_id,
+            outcome: LineOutcome::Succeeded {
+                status_code: status,
+                request_id: response.request_id,
+                body,
+            },
+        });
+    }
+    let raw = response.body.as_deref().map(RawValue::get).unwrap_or_default();
+    let facts = parse_error_body(raw.as_bytes());
+    let message = facts.message.unwrap_or_else(|| {
+        let text = body_snippet(raw.as_bytes());
+        if text.is_empty() || text == "null" {
+            format!("request failed with status {status}")
+        } else {
+            text
+        }
+    });
+    Ok(ResultLine {
+        wire_id: wire.custom_id,
+        outcome: LineOutcome::Failed(LineError {
+            provider,
+            status: Some(status),
+            error_type: facts.error_type,
+            code: facts.code,
+            message,
+            param: facts.param,
+            request_id: response.request_id.or(facts.request_id),
+            retryable: status_is_retryable(status),
+        }),
+    })
+}
+
+fn json_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct WireResultLine {
+    custom_id: String,
+    #[serde(default)]
+    response: Option<WireLineResponse>,
+    #[serde(default)]
+    error: Option<WireLineError>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireLineResponse {
+    status_code: u16,
+    #[serde(default)]
+    request_id: Option<String>,
+    #[serde(default)]
+    body: Option<Box<RawValue>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireLineError {
+    #[serde(default)]
+    code: Option<serde_json::Value>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireFile {
+    id: String,
+    #[serde(default)]
+    bytes: Option<u64>,
+    #[serde(default)]
+    filename: Option<String>,
+    #[serde(deserialize_with = "timestamp")]
+    created_at: i64,
+    #[serde(default, deserialize_with = "opt_timestamp")]
+    expires_at: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireDeleted {
+    #[serde(default)]
+    deleted: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WireCreateBatch<'a> {
+    input_file_id: &'a str,
+    endpoint: &'a str,
+    completion_window: &'a str,
+    metadata: BTreeMap<&'a str, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_expires_after: Option<WireExpiresAfter>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireExpiresAfter {
+    anchor: &'static str,
+    seconds: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireList {
+    #[serde(default)]
+    data: Vec<WireBatch>,
+    #[serde(default)]
+    has_more: Option<bool>,
+    #[serde(default)]
+    last_id: Option<String>,
+}
+
+/// A batch object, read leniently (Azure's quirks included).
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireBatch {
+    id: String,
+    #[serde(deserialize_with = "batch_status")]
+    status: BatchStatus,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default)]
+    input_file_id: Option<String>,
+    #[serde(default)]
+    output_file_id: Option<String>,
+    #[serde(default)]
+    error_file_id: Option<String>,
+    #[serde(default)]
+    request_counts: Option<WireCounts>,
+    #[serde(default)]
+    errors: Option<WireBatchErrors>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, serde_json::Value>>,
+    #[serde(deserialize_with = "timestamp")]
+    created_at: i64,
+    #[serde(default, deserialize_with = "opt_timestamp")]
+    expires_at: Option<i64>,
+}
+
+/// `request_counts`, where Azure may send each count as null while validating.
+#[derive(Debug, Default, Deserialize)]
+struct WireCounts {
+    #[serde(default)]
+    total: Option<u64>,
+    #[serde(default)]
+    completed: Option<u64>,
+    #[serde(default)]
+    failed: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireBatchErrors {
+    #[serde(default)]
+    data: Option<Vec<WireBatchError>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireBatchError {
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    line: Option<u64>,
+    #[serde(default)]
+    param: Option<String>,
+}
+
+/// A batch status in any case and spelling the providers use (`in_progress`, `InProgress`,
+/// `Validating`, `canceled`).
+pub(crate) fn parse_status(text: &str) -> Option<BatchStatus> {
+    let key: String = text
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | ' '))
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    Some(match key.as_str() {
+        "validating" => BatchStatus::Validating,
+        "inprogress" => BatchStatus::InProgress,
+        "finalizing" => BatchStatus::Finalizing,
+        "completed" => BatchStatus::Completed,
+        "failed" => BatchStatus::Failed,
+        "expired" => BatchStatus::Expired,
+        "cancelling" | "canceling" => BatchStatus::Cancelling,
+        "cancelled" | "canceled" => BatchStatus::Cancelled,
+        _ => return None,
+    })
+}
+
+fn batch_status<'de, D: Deserializer<'de>>(d: D) -> Result<BatchStatus, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_status(&text)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown batch status `{text}`")))
+}
+
+/// An id; an empty string (Azure's fail-fast example) reads as none.
+fn non_empty(id: Option<String>) -> Option<String> {
+    id.filter(|id| !id.trim().is_empty())
+}
+
+impl From<WireBatch> for RemoteBatch {
+    fn from(wire: WireBatch) -> Self {
+        let counts = wire.request_counts.unwrap_or_default();
+        Self {
+            id: BatchId::new(wire.id),
+            status: wire.status,
+            endpoint: non_empty(wire.endpoint),
+            input_file_id: non_empty(wire.input_file_id).map(FileId::new),
+            output_file_id: non_empty(wire.output_file_id).map(FileId::new),
+            error_file_id: non_empty(wire.error_file_id).map(FileId::new),
+            results_url: None,
+            request_counts: RequestCounts {
+                total: counts.total.unwrap_or(0),
+                completed: counts.completed.unwrap_or(0),
+                failed: counts.failed.unwrap_or(0),
+            },
+            errors: wire
+                .errors
+                .and_then(|errors| errors.data)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| BatchErrorEntry {
+                    message: e.message.or_else(|| e.code.clone()).unwrap_or_default(),
+                    code: e.code,
+                    line: e.line,
+                    param: e.param,
+                })
+                .collect(),
+            metadata: wire
+                .metadata
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(key, value)| json_text(&value).map(|value| (key, value)))
+                .collect(),
+            created_at: wire.created_at,
+            expires_at: wire.expires_at,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(line: &str) -> LineError {
+        match parse_result_line(ProviderKind::Openai, line).unwrap().outcome {
+            LineOutcome::Failed(err) => err,
+            LineOutcome::Succeeded { .. } => panic!("expected a failure: {line}"),
+        }
+    }
+
+    #[test]
+    fn success_line() {
+        let line = r#"{"id":"batch_req_1","custom_id":"w-1","response":{"status_code":200,"request_id":"req_a","body":{"id":"chatcmpl-1","choices":[]}},"error":null}"#;
+        let parsed = parse_result_line(ProviderKind::Openai, line).unwrap();
+        assert_eq!(parsed.wire_id, "w-1");
+        match parsed.outcome {
+            LineOutcome::Succeeded { status_code, request_id, body } => {
+                assert_eq!(status_code, 200);
+                assert_eq!(request_id.as_deref(), Some("req_a"));
+                assert_eq!(body.get(), r#"{"id":"chatcmpl-1","choices":[]}"#);
+            }
+            LineOutcome::Failed(err) => panic!("{err}"),
+        }
+    }
+
+    #[test]
+    fn http_level_failure_line() {
+        let err = failed(
+            r#"{"id":"batch_req_2","custom_id":"request-5","response":{"status_code":400,"request_id":"0538","body":{"error":{"message":"This model's maximum context length is 8192","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}},"error":null}"#,
+        );
+        assert_eq!(err.status, Some(400));
+        assert_eq!(err.error_type.as_deref(), Some("invalid_request_error"));
+        assert_eq!(err.code.as_deref(), Some("context_length_exceeded"));
+        assert_eq!(err.param.as_deref(), Some("messages"));
+        assert_eq!(err.request_id.as_deref(), Some("0538"));
+        assert!(err.message.starts_with("This model's maximum"));
+        assert!(!err.retryable);
+
+        let rate = failed(
+            r#"{"custom_id":"r","response":{"status_code":429,"request_id":"x","body":{"error":{"message":"slow down","type":"rate_limit_error","param":null,"code":null}}},"error":null}"#,
+        );
+        assert!(rate.retryable);
+        let server = failed(
+            r#"{"custom_id":"r","response":{"status_code":500,"body":"oops"},"error":null}"#,
+        );
+        assert!(server.retryable);
+        assert_eq!(server.message, "\"oops\"");
+    }
+
+    #[test]
+    fn batch_expired_and_cancelled_lines_are_retryable() {
+        let err = failed(
+            r#"{"id": "batch_req_123", "custom_id": "request-3", "response": null, "error": {"code": "batch_expired", "message": "This request could not be executed before the completion window expired."}}"#,
+        );
+        assert_eq!(err.status, None);
+        assert_eq!(err.code.as_deref(), Some("batch_expired"));
+        assert!(err.message.starts_with("This request could not"));
+        assert!(err.retryable);
+        let cancelled = failed(
+            r#"{"custom_id":"c","response":null,"error":{"code":"batch_cancelled","message":"cancelled"}}"#,
+        );
+        assert!(cancelled.retryable);
+        let other = failed(
+            r#"{"custom_id":"c","response":null,"error":{"code":"invalid_request","message":"no"}}"#,
+        );
+        assert!(!other.retryable);
+    }
+
+    #[test]
+    fn line_without_id_is_fine() {
+        // Azure's example output line: no `id`, content-filter annotations in the body.
+        let line = r#"{"custom_id":"task-0","response":{"body":{"choices":[{"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}},"finish_reason":"stop","index":0,"message":{"content":"Hi","role":"assistant"}}],"prompt_filter_results":[]},"request_id":"660b7424-b648-4b67-addc-862ba067d442","status_code":200},"error":null}"#;
+        let parsed = parse_result_line(ProviderKind::Azure, line).unwrap();
+        assert_eq!(parsed.wire_id, "task-0");
+        let LineOutcome::Succeeded { request_id, body, .. } = parsed.outcome else {
+            panic!("expected success")
+        };
+        assert_eq!(request_id.as_deref(), Some("660b7424-b648-4b67-addc-862ba067d442"));
+        assert!(body.get().contains("content_filter_results"));
+    }
+
+    #[test]
+    fn garbage_lines_say_why() {
+        let parse = |line: &str| parse_result_line(ProviderKind::Openai, line);
+        assert_eq!(parse("  ").unwrap_err(), LineParseError::Empty);
+        let err = parse("not json").unwrap_err();
+        assert!(matches!(err, LineParseError::Invalid(_)));
+        assert!(err.to_string().contains("expected"), "{err}");
+        let err = parse(r#"{"response":null,"error":null}"#).unwrap_err();
+        assert!(err.to_string().contains("custom_id"), "{err}");
+        assert_eq!(
+            parse(r#"{"custom_id":"x","response":null,"error":null}"#).unwrap_err(),
+            LineParseError::NoOutcome
+        );
+        assert_eq!(
+            parse(r#"{"custom_id":"x","response":{"status_code":200},"error":null}"#).unwrap_err(),
+            LineParseError::MissingBody { status: 200 }
+        );
+    }
+
+    #[test]
+    fn empty_file_ids_read_as_none() {
+        let wire: WireBatch = serde_json::from_str(
+            r#"{"id":"batch_1","object":"batch","endpoint":"/v1/chat/completions","errors":null,"input_file_id":"file-in",
+                "completion_window":"24h","status":"in_progress","output_file_id":"","error_file_id":null,
+                "created_at":1711471533,"expires_at":1711557933,"request_counts":{"total":3,"completed":1,"failed":0},
+                "metadata":{"tranche_id":"tr_0192f0c0a1b27c3d8e9f001122334455","n":3}}"#,
+        )
+        .unwrap();
+        let batch = RemoteBatch::from(wire);
+        assert_eq!(batch.output_file_id, None);
+        assert_eq!(batch.error_file_id, None);
+        assert_eq!(batch.input_file_id, Some(FileId::new("file-in")));
+        assert_eq!(batch.status, BatchStatus::InProgress);
+        assert_eq!(batch.request_counts, RequestCounts { total: 3, completed: 1, failed: 0 });
+        assert_eq!(batch.metadata.get("n").map(String::as_str), Some("3"));
+        assert_eq!(batch.expires_at, Some(1_711_557_933));
+        assert!(batch.tranche_id().is_some());
+    }
+
+    #[test]
+    fn batch_errors_are_kept() {
+        let wire: WireBatch = serde_json::from_str(
+            r#"{"id":"batch_2","status":"failed","created_at":1,"errors":{"object":"list","data":[{"code":"invalid_json_line","line":1,"message":"This line is not parseable as valid JSON.","param":null}]}}"#,
+        )
+        .unwrap();
+        let batch = RemoteBatch::from(wire);
+        assert_eq!(
+            batch.errors,
+            [BatchErrorEntry {
+                code: Some("invalid_json_line".into()),
+                message: "This line is not parseable as valid JSON.".into(),
+                line: Some(1),
+                param: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn azure_legacy_rest_example_reads() {
+        // batch-rest.md's create response: ISO timestamps, capitalised status, null counts.
+        let wire: WireBatch = serde_json::from_str(
+            r#"{"cancelled_at":null,"cancelling_at":null,"completed_at":null,"completion_window":"24h",
+                "created_at":"2024-07-19T17:13:57.2491382+00:00","error_file_id":null,"expired_at":null,
+                "expires_at":"2024-07-20T17:13:57.1918498+00:00","failed_at":null,"finalizing_at":null,
+                "id":"batch_fe3f047a-de39-4068-9008-346795bfc1db","in_progress_at":null,
+                "input_file_id":"file-21006e70789246658b86a1fc205899a4","errors":null,"metadata":null,
+                "object":"batch","output_file_id":null,"request_counts":{"total":null,"completed":null,"failed":null},
+                "status":"Validating","endpoint":null}"#,
+        )
+        .unwrap();
+        let batch = RemoteBatch::from(wire);
+        assert_eq!(batch.status, BatchStatus::Validating);
+        assert_eq!(batch.created_at, 1_721_409_237);
+        assert_eq!(batch.expires_at, Some(1_721_409_237 + 86_400));
+        assert_eq!(batch.request_counts, RequestCounts::default());
+        assert_eq!(batch.endpoint, None);
+        assert!(batch.metadata.is_empty());
+        assert_eq!(
+            batch.input_file_id.as_ref().map(FileId::as_str),
+            Some("file-21006e70789246658b86a1fc205899a4")
+        );
+
+        // The failed fail-fast example: empty-string file ids, partly null counts.
+        let wire: WireBatch = serde_json::from_str(
+            r#"{"id":"batch_6caaf24d-54a5-46be-b1b7-518884fcbdde","status":"Failed","created_at":1729207423,
+                "output_file_id":"","error_file_id":"","endpoint":"/chat/completions",
+                "request_counts":{"total":0,"completed":null,"failed":null},
+                "errors":{"object":"list","data":[{"code":"token_limit_exceeded","message":"Enqueued token limit reached.","param":null,"line":null}]}}"#,
+        )
+        .unwrap();
+        let batch = RemoteBatch::from(wire);
+        assert_eq!(batch.status, BatchStatus::Failed);
+        assert_eq!(batch.output_file_id, None);
+        assert_eq!(batch.error_file_id, None);
+        assert_eq!(batch.errors[0].code.as_deref(), Some("token_limit_exceeded"));
+        assert_eq!(batch.request_counts, RequestCounts::default());
+
+        // A whole `request_counts: null` and a null `errors.data`.
+        let wire: WireBatch = serde_json::from_str(
+            r#"{"id":"b","status":"InProgress","created_at":"2024-07-19T17:13:57Z","request_counts":null,"errors":{"data":null}}"#,
+        )
+        .unwrap();
+        let batch = RemoteBatch::from(wire);
+        assert_eq!(batch.status, BatchStatus::InProgress);
+        assert!(batch.errors.is_empty());
+    }
+
+    #[test]
+    fn statuses_in_every_spelling() {
+        let cases = [
+            ("validating", BatchStatus::Validating),
+            ("Validating", BatchStatus::Validating),
+            ("in_progress", BatchStatus::InProgress),
+            ("InProgress", BatchStatus::InProgress),
+            ("IN_PROGRESS", BatchStatus::InProgress),
+            ("Finalizing", BatchStatus::Finalizing),
+            ("Completed", BatchStatus::Completed),
+            ("Failed", BatchStatus::Failed),
+            ("Expired", BatchStatus::Expired),
+            ("Cancelling", BatchStatus::Cancelling),
+            ("canceling", BatchStatus::Cancelling),
+            ("Cancelled", BatchStatus::Cancelled),
+            ("canceled", BatchStatus::Cancelled),
+        ];
+        for (text, status) in cases {
+            assert_eq!(parse_status(text), Some(status), "{text}");
+        }
+        assert_eq!(parse_status("paused"), None);
+        let err =
+            serde_json::from_str::<WireBatch>(r#"{"id":"b","status":"paused","created_at":1}"#)
+                .unwrap_err();
+        assert!(err.to_string().contains("paused"), "{err}");
+    }
+
+    #[test]
+    fn file_objects_in_both_forms() {
+        let file: WireFile = serde_json::from_str(
+            r#"{"status":"processed","bytes":817,"purpose":"batch","filename":"test.jsonl","id":"file-655111ec9cfc44489d9af078f08116ef","created_at":1721406525,"object":"file","status_details":null}"#,
+        )
+        .unwrap();
+        assert_eq!(file.created_at, 1_721_406_525);
+        assert_eq!(file.expires_at, None);
+        let file: WireFile = serde_json::from_str(
+            r#"{"id":"file-1","created_at":"2024-07-19T16:28:45Z","expires_at":"2024-08-02T16:28:45Z"}"#,
+        )
+        .unwrap();
+        assert_eq!(file.expires_at.unwrap() - file.created_at, 1_209_600);
+    }
+
+    #[test]
+    fn input_line_is_one_json_line() {
+        let body = RawValue::from_string("{\n  \"model\": \"gpt-4o-mini\",\n  \"messages\": [{\"role\":\"user\",\"content\":\"a\\nb\"}]\r\n}".into()).unwrap();
+        let mut out = Vec::new();
+        write_input_line(&mut out, "w\"1\\\u{1}é", Endpoint::ChatCompletions, &body);
+        write_input_line(&mut out, "w2", Endpoint::Embeddings, &body);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.split_terminator('\n').collect();
+        assert_eq!(lines.len(), 2);
+        assert!(text.ends_with('\n'));
+        let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(first["custom_id"], "w\"1\\\u{1}é");
+        assert_eq!(first["method"], "POST");
+        assert_eq!(first["url"], "/v1/chat/completions");
+        assert_eq!(first["body"]["messages"][0]["content"], "a\nb");
+        assert_eq!(first.as_object().unwrap().len(), 4);
+        let second: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(second["url"], "/v1/embeddings");
+    }
+
+    #[test]
+    fn create_body_shape() {
+        let file = FileId::new("file-1");
+        let tranche = TrancheId::new();
+        let body = WireCreateBatch {
+            input_file_id: file.as_str(),
+            endpoint: EndpointStyle::WithoutV1.render(Endpoint::ChatCompletions),
+            completion_window: "24h",
+            metadata: BTreeMap::from([(crate::TRANCHE_ID_METADATA_KEY, tranche.to_string())]),
+            output_expires_after: Some(WireExpiresAfter { anchor: "created_at", seconds: 3600 }),
+        };
+        let json = serde_json::to_value(&body).unwrap();
+        assert_eq!(json["metadata"]["tranche_id"], tranche.to_string());
+        assert_eq!(json["output_expires_after"]["anchor"], "created_at");
+        assert_eq!(json["output_expires_after"]["seconds"], 3600);
+        assert_eq!(json["completion_window"], "24h");
+        assert_eq!(json["endpoint"], "/chat/completions");
+        assert_eq!(EndpointStyle::Full.render(Endpoint::Responses), "/v1/responses");
+        assert_eq!(EndpointStyle::WithoutV1.render(Endpoint::Responses), "/responses");
+    }
+
+    #[test]
+    fn keys_that_cannot_travel_are_refused() {
+        let ok = SecretString::from("sk-abc");
+        assert!(check_secret(ProviderKind::Azure, Auth::ApiKeyHeader, &ok).is_ok());
+        let bad = SecretString::from("sk-a\nb");
+        assert_eq!(
+            check_secret(ProviderKind::Azure, Auth::ApiKeyHeader, &bad),
+            Err(ConfigError::InvalidApiKey { provider: ProviderKind::Azure })
+        );
+        let empty = SecretString::from(" ");
+        assert_eq!(
+            check_secret(ProviderKind::Openai, Auth::Bearer, &empty),
+            Err(ConfigError::EmptyApiKey { provider: ProviderKind::Openai })
+        );
+        let value = Auth::ApiKeyHeader.header_value("k").unwrap();
+        assert!(value.is_sensitive());
+    }
+}
