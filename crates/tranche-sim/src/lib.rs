@@ -78,6 +78,29 @@ fn app(state: AppState) -> Router {
         .fallback(openai::invalid_url)
         .method_not_allowed_fallback(openai::invalid_url)
         .with_state(state)
+        .layer(axum::middleware::from_fn(read_body_first))
+}
+
+/// The most request body the simulator reads before answering.
+const MAX_REQUEST_BYTES: usize = 1 << 30;
+
+/// Reads every request body whole before any route looks at it. A real API reads the upload
+/// before it answers 401 or 400; answering early and closing the connection would show a
+/// client a broken pipe (a transport error) instead of the error body the provider sends.
+async fn read_body_first(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
+        Ok(bytes) => {
+            next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
+        }
+        Err(_) => {
+            (axum::http::StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response()
+        }
+    }
 }
 
 /// Starts simulators.

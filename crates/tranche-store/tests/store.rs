@@ -39,6 +39,9 @@ async fn add_job(store: &Store, n: u64, model: &str) -> JobId {
                 body: r#"{"model":"m"}"#,
                 wire_bytes: 10,
                 input_hash: "00",
+                max_attempts: 3,
+                est_tokens: 10,
+                accepted_at: 100,
             })
             .await
             .unwrap();
@@ -63,13 +66,16 @@ async fn a_dropped_job_writer_stores_nothing() {
             body: "{}",
             wire_bytes: 2,
             input_hash: "00",
+            max_attempts: 3,
+            est_tokens: 10,
+            accepted_at: 100,
         })
         .await
         .unwrap();
     drop(writer);
     assert!(store.job(id).await.unwrap().is_none());
     assert!(store.recent_jobs(10).await.unwrap().is_empty());
-    assert!(store.pending_items(ProviderKind::Openai).await.unwrap().is_empty());
+    assert!(store.pending_items(ProviderKind::Openai, i64::MAX).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -88,10 +94,11 @@ async fn a_committed_job_is_pending_with_its_counts() {
 async fn requests_are_claimed_into_one_tranche_only() {
     let (_dir, store) = store().await;
     let id = add_job(&store, 4, "m").await;
-    let items = store.pending_items(ProviderKind::Openai).await.unwrap();
+    let items = store.pending_items(ProviderKind::Openai, i64::MAX).await.unwrap();
     let ids: Vec<i64> = items.iter().map(|i| i.request_id).collect();
     let first = NewTranche {
         id: TrancheId::new(),
+        est_tokens: 0,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
         model: "m".into(),
@@ -104,7 +111,7 @@ async fn requests_are_claimed_into_one_tranche_only() {
     assert_eq!(store.tranche(second.id).await.unwrap().unwrap().request_count, 0);
     assert_eq!(store.tranche(first.id).await.unwrap().unwrap().request_count, 4);
     assert_eq!(store.job(id).await.unwrap().unwrap().state, JobState::Running);
-    assert!(store.pending_items(ProviderKind::Openai).await.unwrap().is_empty());
+    assert!(store.pending_items(ProviderKind::Openai, i64::MAX).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -112,7 +119,7 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
     let (_dir, store) = store().await;
     let job = add_job(&store, 3, "m").await;
     let ids: Vec<i64> = store
-        .pending_items(ProviderKind::Openai)
+        .pending_items(ProviderKind::Openai, i64::MAX)
         .await
         .unwrap()
         .iter()
@@ -120,6 +127,7 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
         .collect();
     let tranche = NewTranche {
         id: TrancheId::new(),
+        est_tokens: 0,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
         model: "m".into(),
@@ -135,6 +143,8 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
         error: None,
         input_tokens: Some(5),
         output_tokens: Some(7),
+        spends_attempt: true,
+        not_before: 0,
         at: 2,
     };
     let mut writer = store.begin_ingest(tranche.id).await.unwrap();
@@ -152,9 +162,16 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
         error: Some(r#"{"code":"missing_result"}"#),
         input_tokens: None,
         output_tokens: None,
+        spends_attempt: true,
+        not_before: 0,
         at: 2,
     };
-    assert_eq!(writer.record_rest(&failed).await.unwrap(), 2);
+    let rest = writer.unanswered().await.unwrap();
+    assert_eq!(rest.len(), 2);
+    assert_eq!(rest[0].1, AttemptInfo { attempts: 0, max_attempts: 3, batch_returns: 0 });
+    for (wire_id, _) in &rest {
+        assert!(writer.record(wire_id, &failed).await.unwrap());
+    }
     writer.commit(TrancheState::Cleaning, 2).await.unwrap();
 
     let counts = store.job_counts(job).await.unwrap();
@@ -179,7 +196,7 @@ async fn provider_files_are_tracked_until_deleted() {
     let (_dir, store) = store().await;
     let job = add_job(&store, 1, "m").await;
     let ids: Vec<i64> = store
-        .pending_items(ProviderKind::Openai)
+        .pending_items(ProviderKind::Openai, i64::MAX)
         .await
         .unwrap()
         .iter()
@@ -187,6 +204,7 @@ async fn provider_files_are_tracked_until_deleted() {
         .collect();
     let tranche = NewTranche {
         id: TrancheId::new(),
+        est_tokens: 0,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
         model: "m".into(),
