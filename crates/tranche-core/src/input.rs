@@ -139,6 +139,9 @@ impl InputParser {
             None => return Err(error(line, Some("body"), "missing field")),
         };
         let model = self.model(line, &mut body)?;
+        if self.options.provider == ProviderKind::Anthropic {
+            anthropic_params(line, &body)?;
+        }
         if let Some(&first) = self.seen.get(&custom_id) {
             return Err(error(
                 line,
@@ -245,6 +248,58 @@ impl InputParser {
             },
         }
     }
+}
+
+/// Anthropic bodies are Messages API params. OpenAI-shaped chat bodies are refused rather
+/// than translated, naming the shape Anthropic expects.
+fn anthropic_params(line: u64, body: &Map<String, Value>) -> Result<(), InputError> {
+    const SHAPE: &str = "Anthropic batch bodies are Messages API params: `model`, `max_tokens` (at least 1), `messages` with roles user/assistant, and an optional top-level `system`";
+    for openai_only in ["response_format", "max_completion_tokens", "n", "logprobs", "functions"] {
+        if body.contains_key(openai_only) {
+            return Err(error(
+                line,
+                Some(&format!("body.{openai_only}")),
+                format!(
+                    "`{openai_only}` is an OpenAI chat parameter, not an Anthropic one. {SHAPE}"
+                ),
+            ));
+        }
+    }
+    match body.get("max_tokens") {
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {}
+        Some(_) => {
+            return Err(error(
+                line,
+                Some("body.max_tokens"),
+                format!("must be a whole number of at least 1. {SHAPE}"),
+            ));
+        }
+        None => {
+            return Err(error(line, Some("body.max_tokens"), format!("missing field. {SHAPE}")));
+        }
+    }
+    let Some(Value::Array(messages)) = body.get("messages") else {
+        return Err(error(
+            line,
+            Some("body.messages"),
+            format!("missing or not an array. {SHAPE}"),
+        ));
+    };
+    for (i, message) in messages.iter().enumerate() {
+        if message.get("role").and_then(Value::as_str) == Some("system") {
+            return Err(error(
+                line,
+                Some(&format!("body.messages[{i}].role")),
+                format!(
+                    "Anthropic has no `system` role in messages; put the system prompt in the top-level `system` param (this looks like an OpenAI chat body). {SHAPE}"
+                ),
+            ));
+        }
+    }
+    if body.get("stream") == Some(&Value::Bool(true)) {
+        return Err(error(line, Some("body.stream"), "batch requests cannot stream"));
+    }
+    Ok(())
 }
 
 fn endpoint_list(provider: ProviderKind) -> String {
@@ -498,6 +553,34 @@ mod tests {
     #[test]
     fn empty_input_is_rejected() {
         assert!(parse_str("\n\n", options()).is_err());
+    }
+
+    #[test]
+    fn anthropic_takes_messages_params_and_refuses_openai_chat_bodies() {
+        let opts = || InputOptions {
+            task: Some("t".into()),
+            endpoint: Endpoint::AnthropicMessages,
+            ..InputOptions::new(ProviderKind::Anthropic)
+        };
+        let ok = parse_str(
+            r#"{"key":"a","body":{"model":"claude-x","max_tokens":100,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]}}"#,
+            opts(),
+        )
+        .unwrap();
+        assert_eq!(ok[0].endpoint, Endpoint::AnthropicMessages);
+        let e = only_error(
+            r#"{"key":"a","body":{"model":"gpt-4o","max_tokens":10,"messages":[{"role":"system","content":"x"},{"role":"user","content":"hi"}]}}"#,
+            opts(),
+        );
+        assert_eq!(e.field.as_deref(), Some("body.messages[0].role"));
+        assert!(e.reason.contains("top-level `system`"), "{e}");
+        let e = only_error(r#"{"key":"a","body":{"model":"m","messages":[]}}"#, opts());
+        assert_eq!(e.field.as_deref(), Some("body.max_tokens"));
+        let e = only_error(
+            r#"{"key":"a","body":{"model":"m","max_tokens":5,"messages":[],"response_format":{"type":"json_object"}}}"#,
+            opts(),
+        );
+        assert!(e.reason.contains("OpenAI chat parameter"), "{e}");
     }
 
     #[test]

@@ -25,8 +25,11 @@ impl TrancheLimits {
             ProviderKind::Openai => Self::OPENAI,
             // Azure: 100,000 requests and 200 MB per file.
             ProviderKind::Azure => Self { max_requests: 100_000, max_bytes: 200 * 1024 * 1024 },
-            // Anthropic: 100,000 requests or 256 MB of request body.
-            ProviderKind::Anthropic => Self { max_requests: 100_000, max_bytes: 256 * 1024 * 1024 },
+            // Anthropic: 100,000 requests or 256 MB of request body. Lines are joined into
+            // `{"requests":[...]}`, whose wrapping this reserves.
+            ProviderKind::Anthropic => {
+                Self { max_requests: 100_000, max_bytes: 256 * 1024 * 1024 - 64 }
+            }
         }
     }
 

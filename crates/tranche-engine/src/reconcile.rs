@@ -27,8 +27,8 @@ use tranche_providers::{
     Provider, UpstreamError,
 };
 use tranche_store::{
-    AttemptInfo, AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store, TrancheRecord,
-    TrancheUpdate,
+    AttemptInfo, AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store,
+    TrancheRecord, TrancheUpdate,
 };
 
 use crate::error::EngineError;
@@ -62,8 +62,10 @@ pub struct EngineConfig {
     pub raw_dir: PathBuf,
     /// Input files being built before upload.
     pub outbox_dir: PathBuf,
-    /// How long to wait between two polls of a running batch.
+    /// How long to wait between two polls of a running batch...
     pub poll_interval: Duration,
+    /// ...unless its provider has its own interval here (Azure advises at least 60 s).
+    pub provider_poll_intervals: BTreeMap<ProviderKind, Duration>,
     /// The first wait after a retryable upstream failure.
     pub retry_backoff: Duration,
     /// Lower the providers' per-batch request limit.
@@ -93,6 +95,10 @@ impl EngineConfig {
             raw_dir: data_dir.join("raw"),
             outbox_dir: data_dir.join("outbox"),
             poll_interval: Duration::from_secs(30),
+            provider_poll_intervals: BTreeMap::from([
+                (ProviderKind::Azure, Duration::from_secs(60)),
+                (ProviderKind::Anthropic, Duration::from_secs(60)),
+            ]),
             retry_backoff: Duration::from_secs(5),
             max_batch_requests: None,
             max_batch_bytes: None,
@@ -103,6 +109,11 @@ impl EngineConfig {
             token_budgets: BTreeMap::new(),
             default_token_budget: None,
         }
+    }
+
+    /// How long to wait between two polls of a batch at `provider`.
+    pub fn poll_interval_for(&self, provider: ProviderKind) -> Duration {
+        self.provider_poll_intervals.get(&provider).copied().unwrap_or(self.poll_interval)
     }
 
     /// The enqueued-token budget of a model, if it has one.
@@ -483,7 +494,8 @@ impl Engine {
                 Ok(true)
             }
             TrancheState::Submitted => {
-                let sent = matches!(tranche.batch_status.as_deref(), Some("cancelling" | "cancelled"));
+                let sent =
+                    matches!(tranche.batch_status.as_deref(), Some("cancelling" | "cancelled"));
                 if let (Some(batch_id), false) = (tranche.batch_id.as_deref(), sent) {
                     let batch = provider.cancel_batch(&BatchId::new(batch_id)).await?;
                     let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
@@ -618,7 +630,7 @@ impl Engine {
         let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
         update.batch_id = Some(batch.id.as_str().to_owned());
         update.batch_status = Some(batch.status.as_str().to_owned());
-        update.not_before = now + secs(self.config.poll_interval);
+        update.not_before = now + secs(self.config.poll_interval_for(tranche.provider));
         self.store.update_tranche(tranche.id, update).await?;
         info!(tranche = %tranche.id, batch = %batch.id, "created batch");
         Ok(())
@@ -639,7 +651,7 @@ impl Engine {
         if !batch.status.is_terminal() {
             let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
             update.batch_status = Some(batch.status.as_str().to_owned());
-            update.not_before = now + secs(self.config.poll_interval);
+            update.not_before = now + secs(self.config.poll_interval_for(tranche.provider));
             self.store.update_tranche(tranche.id, update).await?;
             debug!(tranche = %tranche.id, status = %batch.status, "batch still running");
             return Ok(());
@@ -790,7 +802,8 @@ impl Engine {
                             _ => (AttemptOutcome::Errored, Failure::Fatal),
                         };
                         let error = line_error_json(e);
-                        let update = self.failure_update(info, kind, outcome, e.status, &error, now);
+                        let update =
+                            self.failure_update(info, kind, outcome, e.status, &error, now);
                         writer.record(&parsed.wire_id, &update).await?
                     }
                 };
@@ -853,7 +866,10 @@ impl Engine {
     }
 
     /// What becomes of requests the batch's files did not mention.
-    fn rest_outcome(&self, tranche: &TrancheRecord) -> (Failure, serde_json::Value, AttemptOutcome) {
+    fn rest_outcome(
+        &self,
+        tranche: &TrancheRecord,
+    ) -> (Failure, serde_json::Value, AttemptOutcome) {
         let status = tranche.batch_status.as_deref().and_then(|s| {
             serde_json::from_value::<BatchStatus>(serde_json::Value::String(s.to_owned())).ok()
         });

@@ -259,7 +259,11 @@ impl Store {
 
     /// Requests of one provider waiting for a tranche whose backoff has passed, in the order
     /// they were accepted.
-    pub async fn pending_items(&self, provider: ProviderKind, now: i64) -> StoreResult<Vec<PendingItem>> {
+    pub async fn pending_items(
+        &self,
+        provider: ProviderKind,
+        now: i64,
+    ) -> StoreResult<Vec<PendingItem>> {
         let rows = sqlx::query(
             "SELECT id, endpoint, model, wire_bytes, wire_id, accepted_at, est_tokens FROM requests
              WHERE state = 'pending' AND provider = ? AND not_before <= ? ORDER BY endpoint, model, id",
@@ -363,12 +367,14 @@ impl Store {
 
     /// Asks for a tranche's batch to be cancelled at the provider (the engine does it).
     pub async fn request_tranche_cancel(&self, id: TrancheId, at: i64) -> StoreResult<()> {
-        sqlx::query("UPDATE tranches SET cancel_requested = 1, not_before = ?, updated_at = ? WHERE id = ?")
-            .bind(at)
-            .bind(at)
-            .bind(id.to_string())
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "UPDATE tranches SET cancel_requested = 1, not_before = ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(at)
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 

@@ -43,6 +43,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Write a job's results as JSONL.
     Results(ResultsArgs),
+    /// Cancel a job: waiting requests at once, its batches at the provider.
+    Cancel(CancelArgs),
     /// Serve the provider simulator on localhost.
     Sim(SimArgs),
 }
@@ -72,34 +74,72 @@ pub struct InputArgs {
     /// Version for tranche lines; part of each custom_id.
     #[arg(long = "version", id = "task_version", default_value = "v1")]
     pub task_version: String,
-    /// Endpoint for tranche lines.
-    #[arg(long, default_value = "/v1/chat/completions", value_parser = parse_endpoint)]
-    pub endpoint: Endpoint,
+    /// Endpoint for tranche lines [default: /v1/chat/completions; /v1/messages for anthropic].
+    #[arg(long, value_parser = parse_endpoint)]
+    pub endpoint: Option<Endpoint>,
     /// Model for lines whose body has none.
     #[arg(long)]
     pub model: Option<String>,
     /// Prefix custom_ids of tranche lines with `TENANT::`.
     #[arg(long)]
     pub tenant: Option<String>,
+    /// Send a request at most this many times (only retryable failures are retried).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub max_attempts: Option<u32>,
 }
 
-/// Where the provider is and how to reach it.
+impl InputArgs {
+    /// The endpoint tranche lines go to.
+    pub fn endpoint(&self) -> Endpoint {
+        self.endpoint.unwrap_or(match self.provider {
+            ProviderKind::Anthropic => Endpoint::AnthropicMessages,
+            ProviderKind::Openai | ProviderKind::Azure => Endpoint::ChatCompletions,
+        })
+    }
+}
+
+/// Where the providers are and how to reach them. Keys come from the environment only:
+/// OPENAI_API_KEY, AZURE_OPENAI_API_KEY (or AZURE_OPENAI_AD_TOKEN), ANTHROPIC_API_KEY.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderArgs {
-    /// The OpenAI API base URL [env: OPENAI_BASE_URL; default: https://api.openai.com/v1].
+    /// The chosen provider's base URL (for `worker`: OpenAI's) [env: OPENAI_BASE_URL,
+    /// AZURE_OPENAI_ENDPOINT, ANTHROPIC_BASE_URL].
     #[arg(long)]
     pub base_url: Option<String>,
+    /// The Azure OpenAI resource endpoint, e.g. https://NAME.openai.azure.com.
+    #[arg(long, env = "AZURE_OPENAI_ENDPOINT")]
+    pub azure_endpoint: Option<String>,
+    /// A dated Azure API version (e.g. 2024-10-21) selects the legacy surface; without one
+    /// the v1 surface is used.
+    #[arg(long, env = "OPENAI_API_VERSION")]
+    pub azure_api_version: Option<String>,
+    /// The Anthropic API base URL [default: https://api.anthropic.com].
+    #[arg(long, env = "ANTHROPIC_BASE_URL")]
+    pub anthropic_base_url: Option<String>,
     /// Seconds an uploaded input file lives at the provider before it expires.
     #[arg(long)]
     pub file_expires_after: Option<u64>,
 }
 
 /// How the engine works.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct EngineArgs {
-    /// Seconds between two polls of a running batch (decimals allowed).
-    #[arg(long, default_value_t = 30.0)]
-    pub poll_interval: f64,
+    /// Seconds between two polls of a running batch, decimals allowed [default: 30; 60 for
+    /// azure and anthropic].
+    #[arg(long)]
+    pub poll_interval: Option<f64>,
+    /// A batch goes out once this many requests of one provider + endpoint + model wait...
+    #[arg(long, default_value_t = 1)]
+    pub min_batch_size: usize,
+    /// ...or once the oldest has waited this many seconds.
+    #[arg(long, default_value_t = 0.0)]
+    pub max_wait: f64,
+    /// Enqueued-token budget for one model, as MODEL=TOKENS (repeatable).
+    #[arg(long = "token-budget", value_name = "MODEL=TOKENS")]
+    pub token_budgets: Vec<String>,
+    /// Enqueued-token budget for models without their own.
+    #[arg(long)]
+    pub default_token_budget: Option<u64>,
     /// At most this many requests per provider batch (the provider's own limit is the ceiling).
     #[arg(long)]
     pub max_batch_requests: Option<usize>,
@@ -169,6 +209,22 @@ pub struct ResultsArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The job.
+    pub job: String,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Only record the cancel; a running worker carries it out.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Print the final status as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct SimArgs {
     /// The port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 0)]
@@ -185,12 +241,7 @@ pub struct SimArgs {
 }
 
 fn parse_provider(s: &str) -> Result<ProviderKind, String> {
-    let provider: ProviderKind =
-        s.parse().map_err(|e: tranche_core::provider::UnknownProvider| e.to_string())?;
-    if provider != ProviderKind::Openai {
-        return Err(format!("the {provider} adapter is not available yet; use openai"));
-    }
-    Ok(provider)
+    s.parse().map_err(|e: tranche_core::provider::UnknownProvider| e.to_string())
 }
 
 fn parse_endpoint(s: &str) -> Result<Endpoint, String> {

@@ -1,13 +1,18 @@
 //! Turning global flags and the environment into a store, providers and an engine.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tracing_subscriber::EnvFilter;
+use tranche_core::ProviderKind;
 use tranche_engine::{Engine, EngineConfig, Providers};
-use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
+use tranche_providers::{
+    AnthropicConfig, AnthropicProvider, AzureConfig, AzureProvider, OpenAiConfig, OpenAiProvider,
+    Provider, http_client,
+};
 use tranche_store::Store;
 
 use crate::args::{EngineArgs, Global, ProviderArgs};
@@ -38,40 +43,123 @@ pub async fn open_store(global: &Global) -> Result<Store, Exit> {
     Store::open(&location).await.map_err(|e| Exit::from(anyhow::Error::from(e)))
 }
 
-pub fn engine_config(data_dir: &Path, args: &EngineArgs) -> Result<EngineConfig, Exit> {
-    let poll =
-        Duration::try_from_secs_f64(args.poll_interval).ok().filter(|d| !d.is_zero()).ok_or_else(
-            || Exit::usage(anyhow::anyhow!("--poll-interval must be a positive number of seconds")),
-        )?;
-    Ok(EngineConfig {
-        poll_interval: poll,
-        retry_backoff: poll.min(Duration::from_secs(5)),
-        max_batch_requests: args.max_batch_requests,
-        max_batch_bytes: args.max_batch_bytes,
-        ..EngineConfig::in_dir(data_dir)
-    })
+fn seconds(flag: &str, value: f64, allow_zero: bool) -> Result<Duration, Exit> {
+    Duration::try_from_secs_f64(value).ok().filter(|d| allow_zero || !d.is_zero()).ok_or_else(
+        || {
+            Exit::usage(anyhow::anyhow!(
+                "{flag} must be a {} number of seconds",
+                if allow_zero { "non-negative" } else { "positive" }
+            ))
+        },
+    )
 }
 
-/// The OpenAI adapter from `OPENAI_API_KEY`, `OPENAI_BASE_URL` and the flags.
-pub fn openai(args: &ProviderArgs) -> Result<Arc<OpenAiProvider>, Exit> {
-    let mut config = OpenAiConfig::from_env(args.base_url.clone()).map_err(|e| {
-        Exit::usage(anyhow::Error::from(e).context("configuring the openai provider"))
-    })?;
-    if let Some(seconds) = args.file_expires_after {
-        config.file_expires_after = Some(seconds);
+pub fn engine_config(data_dir: &Path, args: &EngineArgs) -> Result<EngineConfig, Exit> {
+    let mut config = EngineConfig::in_dir(data_dir);
+    if let Some(poll) = args.poll_interval {
+        let poll = seconds("--poll-interval", poll, false)?;
+        config.poll_interval = poll;
+        config.provider_poll_intervals.clear();
+        config.retry_backoff = poll.min(config.retry_backoff);
     }
+    config.max_batch_requests = args.max_batch_requests;
+    config.max_batch_bytes = args.max_batch_bytes;
+    config.min_batch_size = args.min_batch_size.max(1);
+    config.max_wait = seconds("--max-wait", args.max_wait, true)?;
+    config.default_token_budget = args.default_token_budget;
+    let mut budgets = BTreeMap::new();
+    for entry in &args.token_budgets {
+        let (model, tokens) = entry
+            .rsplit_once('=')
+            .and_then(|(model, tokens)| Some((model.trim(), tokens.trim().parse::<u64>().ok()?)))
+            .filter(|(model, _)| !model.is_empty())
+            .ok_or_else(|| {
+                Exit::usage(anyhow::anyhow!("--token-budget takes MODEL=TOKENS, got `{entry}`"))
+            })?;
+        budgets.insert(model.to_owned(), tokens);
+    }
+    config.token_budgets = budgets;
+    Ok(config)
+}
+
+fn configuring(provider: ProviderKind) -> impl FnOnce(tranche_providers::ConfigError) -> Exit {
+    move |e| {
+        Exit::usage(anyhow::Error::from(e).context(format!("configuring the {provider} provider")))
+    }
+}
+
+/// One provider's adapter from its environment variables and the flags. `base_url` is the
+/// generic `--base-url`, applied when this provider is the one chosen.
+pub fn provider(
+    kind: ProviderKind,
+    args: &ProviderArgs,
+    base_url: Option<String>,
+) -> Result<Arc<dyn Provider>, Exit> {
     let http = http_client().context("building the HTTP client").map_err(Exit::from)?;
-    let provider =
-        OpenAiProvider::new(config, http).map_err(|e| Exit::usage(anyhow::Error::from(e)))?;
-    Ok(Arc::new(provider))
+    let adapter: Arc<dyn Provider> = match kind {
+        ProviderKind::Openai => {
+            let mut config = OpenAiConfig::from_env(base_url).map_err(configuring(kind))?;
+            if let Some(seconds) = args.file_expires_after {
+                config.file_expires_after = Some(seconds);
+            }
+            Arc::new(OpenAiProvider::new(config, http).map_err(configuring(kind))?)
+        }
+        ProviderKind::Azure => {
+            let endpoint = args.azure_endpoint.clone().or(base_url);
+            let mut config = AzureConfig::from_env(endpoint, args.azure_api_version.clone())
+                .map_err(configuring(kind))?;
+            if let Some(seconds) = args.file_expires_after {
+                config.file_expires_after = Some(seconds);
+            }
+            Arc::new(AzureProvider::new(config, http).map_err(configuring(kind))?)
+        }
+        ProviderKind::Anthropic => {
+            let base = base_url.or_else(|| args.anthropic_base_url.clone());
+            let config = AnthropicConfig::from_env(base).map_err(configuring(kind))?;
+            Arc::new(AnthropicProvider::new(config, http).map_err(configuring(kind))?)
+        }
+    };
+    Ok(adapter)
+}
+
+/// The providers for a command. With `chosen`, exactly that one (its configuration must be
+/// complete); without, every provider whose credentials are in the environment (`worker`).
+pub fn providers(args: &ProviderArgs, chosen: Option<ProviderKind>) -> Result<Providers, Exit> {
+    if let Some(kind) = chosen {
+        return Ok(Providers::new().with(provider(kind, args, args.base_url.clone())?));
+    }
+    let present = |var: &str| std::env::var(var).is_ok_and(|v| !v.trim().is_empty());
+    let mut providers = Providers::new();
+    let mut any = false;
+    if present("OPENAI_API_KEY") {
+        providers = providers.with(provider(ProviderKind::Openai, args, args.base_url.clone())?);
+        any = true;
+    }
+    if args.azure_endpoint.is_some()
+        && (present("AZURE_OPENAI_API_KEY") || present("AZURE_OPENAI_AD_TOKEN"))
+    {
+        providers = providers.with(provider(ProviderKind::Azure, args, None)?);
+        any = true;
+    }
+    if present("ANTHROPIC_API_KEY") {
+        providers = providers.with(provider(ProviderKind::Anthropic, args, None)?);
+        any = true;
+    }
+    if !any {
+        return Err(Exit::usage(anyhow::anyhow!(
+            "no provider credentials: set OPENAI_API_KEY, AZURE_OPENAI_ENDPOINT with AZURE_OPENAI_API_KEY, or ANTHROPIC_API_KEY"
+        )));
+    }
+    Ok(providers)
 }
 
 pub async fn engine(
     global: &Global,
-    provider: &ProviderArgs,
+    provider_args: &ProviderArgs,
+    chosen: Option<ProviderKind>,
     args: &EngineArgs,
 ) -> Result<Engine, Exit> {
+    let providers = providers(provider_args, chosen)?;
     let store = open_store(global).await?;
-    let providers = Providers::new().with(openai(provider)?);
     Ok(Engine::new(store, providers, engine_config(&global.data_dir, args)?))
 }

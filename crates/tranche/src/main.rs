@@ -29,6 +29,7 @@ fn main() -> ExitCode {
             Command::Worker(args) => commands::worker::run(&cli.global, args).await,
             Command::Status(args) => commands::status::run(&cli.global, args).await,
             Command::Results(args) => commands::results::run(&cli.global, args).await,
+            Command::Cancel(args) => commands::cancel::run(&cli.global, args).await,
             Command::Sim(args) => commands::sim::run(args).await,
         }
     });

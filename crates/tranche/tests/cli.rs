@@ -15,6 +15,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_tranche");
 struct Sim {
     child: Child,
     openai: String,
+    azure: String,
+    anthropic: String,
 }
 
 impl Sim {
@@ -28,15 +30,23 @@ impl Sim {
             .expect("start tranche sim");
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
-        let openai = loop {
+        let mut urls = HashMap::new();
+        while urls.len() < 3 {
             let line = lines.next().expect("sim printed its URLs").unwrap();
-            if let Some(url) = line.strip_prefix("openai: ") {
-                break url.trim().to_owned();
+            if let Some((name, url)) = line.split_once(": ") {
+                if ["openai", "azure", "anthropic"].contains(&name) {
+                    urls.insert(name.to_owned(), url.trim().to_owned());
+                }
             }
-        };
+        }
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Sim { child, openai }
+        Sim {
+            child,
+            openai: urls["openai"].clone(),
+            azure: urls["azure"].clone(),
+            anthropic: urls["anthropic"].clone(),
+        }
     }
 }
 
@@ -65,6 +75,11 @@ impl Env {
         cmd.env("TRANCHE_DATA_DIR", self.path("state"))
             .env_remove("TRANCHE_DATABASE_URL")
             .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_API_VERSION")
+            .env_remove("AZURE_OPENAI_ENDPOINT")
+            .env_remove("ANTHROPIC_BASE_URL")
+            .env("AZURE_OPENAI_API_KEY", "azure-test-key")
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-key")
             .env("OPENAI_API_KEY", "sk-test-key")
             .current_dir(self.dir.path());
         cmd
@@ -395,4 +410,186 @@ fn demo_accounts_for_every_request() {
     let done =
         results.iter().filter(|r| r["status"] == "succeeded" || r["status"] == "failed").count();
     assert_eq!(done, 300);
+}
+
+/// Tranche lines whose bodies are Anthropic Messages params.
+fn anthropic_lines(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let line = serde_json::json!({
+                "key": format!("doc:{i}"),
+                "body": {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.",
+                         "messages": [{"role": "user", "content": format!("doc:{i} says hello")}]},
+            });
+            format!("{line}\n")
+        })
+        .collect()
+}
+
+/// Runs a 1,000-request job on one provider against `tranche sim` and checks every result.
+fn run_on(provider: &str, extra: &[&str]) {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let lines = if provider == "anthropic" { anthropic_lines(1000) } else { tranche_lines(1000) };
+    let input = env.write("input.jsonl", &lines);
+    let base = match provider {
+        "azure" => sim.azure.clone(),
+        "anthropic" => sim.anthropic.clone(),
+        _ => sim.openai.clone(),
+    };
+    let out = env
+        .tranche()
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "--task",
+            "greet",
+            "--provider",
+            provider,
+            "--base-url",
+            &base,
+        ])
+        .args(["--poll-interval", "0.1", "--json", "--out", env.path("r.jsonl").to_str().unwrap()])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{provider}: {}", text(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["provider"], provider);
+    assert_eq!(status["counts"]["succeeded"], 1000, "{status}");
+    assert_eq!(status["files"]["live"], 0, "{status}");
+    let results = read_results(&env.path("r.jsonl"));
+    assert_eq!(results.len(), 1000);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["custom_id"], format!("doc:{i}:greet:v1"));
+        assert_eq!(r["status"], "succeeded");
+        let answer = match provider {
+            "anthropic" => r["output"]["content"][0]["text"].as_str().unwrap().to_owned(),
+            _ => r["output"]["choices"][0]["message"]["content"].as_str().unwrap().to_owned(),
+        };
+        assert!(
+            answer.contains(&format!("doc:{i} says hello")),
+            "{provider} result {i} is another request's answer: {answer}"
+        );
+    }
+}
+
+#[test]
+fn run_completes_on_azure_v1() {
+    run_on("azure", &[]);
+}
+
+#[test]
+fn run_completes_on_azure_legacy() {
+    run_on("azure", &["--azure-api-version", "2024-10-21"]);
+}
+
+#[test]
+fn run_completes_on_anthropic_with_derived_wire_ids() {
+    run_on("anthropic", &[]);
+}
+
+#[test]
+fn anthropic_refuses_openai_chat_bodies() {
+    let env = Env::new();
+    let input = env.write("chat.jsonl", &tranche_lines(2));
+    let out = env
+        .tranche()
+        .args(["submit", input.to_str().unwrap(), "--task", "t", "--provider", "anthropic"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 1") && stderr.contains("Messages API params"), "{stderr}");
+}
+
+#[test]
+fn quota_exceeded_is_shown_verbatim_and_exits_3() {
+    let env = Env::new();
+    let config = env.write(
+        "sim.json",
+        r#"{"faults": [{"provider": "azure", "operation": "upload", "status": 400, "code": "quotaExceeded",
+            "message": "The quota for files without expiry is reached. The maximum is 500."}]}"#,
+    );
+    let sim = Sim::start(&["--config", config.to_str().unwrap()]);
+    let input = env.write("input.jsonl", &tranche_lines(5));
+    let out = env
+        .tranche()
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "--task",
+            "t",
+            "--provider",
+            "azure",
+            "--base-url",
+            &sim.azure,
+        ])
+        .args(["--poll-interval", "0.1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("azure returned 400 quotaExceeded: The quota for files without expiry is reached. The maximum is 500."),
+        "{stderr}"
+    );
+    let status = env.status_json(None);
+    let error = &status[0]["error"];
+    assert_eq!(error["provider"], "azure");
+    assert_eq!(error["status"], 400);
+    assert_eq!(error["code"], "quotaExceeded");
+    assert_eq!(status[0]["state"], "failed");
+}
+
+#[test]
+fn api_keys_never_reach_logs_or_the_store() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let key = "sk-secret-7f3a9c1e5b2d4680";
+    let input = env.write("input.jsonl", &tranche_lines(30));
+    let out = env
+        .tranche()
+        .env("OPENAI_API_KEY", key)
+        .env("RUST_LOG", "debug")
+        .args([
+            "-vv",
+            "run",
+            input.to_str().unwrap(),
+            "--task",
+            "t",
+            "--base-url",
+            &sim.openai,
+            "--poll-interval",
+            "0.1",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let logs = String::from_utf8_lossy(&out.stderr);
+    assert!(logs.contains("DEBUG"), "debug logging was on");
+    assert!(
+        !logs.contains(key) && !String::from_utf8_lossy(&out.stdout).contains(key),
+        "the key leaked into the output"
+    );
+    // Nothing under the data folder (database, WAL, raw results) holds the key.
+    let mut stack = vec![env.path("state")];
+    let mut files = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files += 1;
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(
+                    !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+                    "the key is in {}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(files >= 2, "checked the store and raw results");
 }

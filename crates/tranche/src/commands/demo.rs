@@ -59,9 +59,10 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
         provider: tranche_core::ProviderKind::Openai,
         task: Some("triage".to_owned()),
         task_version: "v1".to_owned(),
-        endpoint: tranche_core::Endpoint::ChatCompletions,
+        endpoint: None,
         model: None,
         tenant: None,
+        max_attempts: None,
     };
     let submitted = submit_file(&engine, &input, &input_args).await?;
     render::println(&format!(

@@ -22,7 +22,7 @@ pub fn input_options(args: &InputArgs) -> InputOptions {
         provider: args.provider,
         task: args.task.clone(),
         version: Some(args.task_version.clone()),
-        endpoint: args.endpoint,
+        endpoint: args.endpoint(),
         model: args.model.clone(),
         tenant: args.tenant.clone(),
     }
@@ -41,8 +41,9 @@ pub async fn submit_file(
     let settings = serde_json::json!({
         "task": args.task,
         "version": args.task_version,
-        "endpoint": args.endpoint,
+        "endpoint": args.endpoint(),
         "model": args.model,
+        "max_attempts": args.max_attempts,
     });
     let source = Some(file.display().to_string());
     engine.submit(BufReader::new(handle), input_options(args), source, settings).await.map_err(
@@ -59,9 +60,9 @@ pub async fn submit_file(
 }
 
 pub async fn submit(global: &Global, args: SubmitArgs) -> CmdResult {
-    let engine_args =
-        EngineArgs { poll_interval: 30.0, max_batch_requests: None, max_batch_bytes: None };
-    let engine = context::engine(global, &args.provider, &engine_args).await?;
+    let engine =
+        context::engine(global, &args.provider, Some(args.input.provider), &EngineArgs::default())
+            .await?;
     let submitted = submit_file(&engine, &args.file, &args.input).await?;
     if args.json {
         render::println(&serde_json::json!({ "job_id": submitted.job_id.to_string() }).to_string());
@@ -74,7 +75,8 @@ pub async fn submit(global: &Global, args: SubmitArgs) -> CmdResult {
 
 pub async fn run(global: &Global, args: RunArgs) -> CmdResult {
     let started = Instant::now();
-    let engine = context::engine(global, &args.provider, &args.engine).await?;
+    let engine =
+        context::engine(global, &args.provider, Some(args.input.provider), &args.engine).await?;
     let submitted = submit_file(&engine, &args.file, &args.input).await?;
     tracing::info!(job = %submitted.job_id, accepted = submitted.accepted, "job accepted");
     let job = drive_job(&engine, submitted).await?;
@@ -175,13 +177,24 @@ pub fn upstream_text(error: &serde_json::Value) -> String {
             v.as_str().map(str::to_owned).or_else(|| v.as_u64().map(|n| n.to_string()))
         })
     };
-    let mut text = field("provider").unwrap_or_else(|| "the provider".to_owned());
-    if let Some(status) = field("status") {
-        text.push_str(&format!(" returned {status}"));
-    }
-    if let Some(code) = field("code").or_else(|| field("error_type")) {
-        text.push_str(&format!(" {code}"));
-    }
+    let provider = field("provider").unwrap_or_else(|| "the provider".to_owned());
+    let code = field("code").or_else(|| field("error_type"));
+    let mut text = match field("status").as_deref() {
+        Some(status @ ("401" | "403")) => {
+            let code = code.map(|c| format!(" {c}")).unwrap_or_default();
+            format!(
+                "{provider} rejected tranche's credentials ({status}{code}); check the API key tranche uses for {provider}"
+            )
+        }
+        Some(status) => {
+            let code = code.map(|c| format!(" {c}")).unwrap_or_default();
+            format!("{provider} returned {status}{code}")
+        }
+        None => {
+            let code = code.map(|c| format!(" {c}")).unwrap_or_default();
+            format!("{provider} failed{code}")
+        }
+    };
     text.push_str(&format!(": {}", field("message").unwrap_or_default()));
     if let Some(id) = field("request_id") {
         text.push_str(&format!(" (request id {id})"));

@@ -10,7 +10,7 @@ use crate::context;
 use crate::exit::CmdResult;
 
 pub async fn run(global: &Global, args: WorkerArgs) -> CmdResult {
-    let engine = context::engine(global, &args.provider, &args.engine).await?;
+    let engine = context::engine(global, &args.provider, None, &args.engine).await?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
