@@ -621,10 +621,10 @@ impl Engine {
         let batch = provider
             .create_batch(CreateBatch { tranche_id: tranche.id, input, endpoint: tranche.endpoint })
             .await?;
-        if provider.transport() == InputTransport::Inline {
-            if let Err(e) = tokio::fs::remove_file(&inline_path).await {
-                debug!(path = %inline_path.display(), error = %e, "could not remove the sent input file");
-            }
+        if provider.transport() == InputTransport::Inline
+            && let Err(e) = tokio::fs::remove_file(&inline_path).await
+        {
+            debug!(path = %inline_path.display(), error = %e, "could not remove the sent input file");
         }
         let now = unix_now();
         let mut update = TrancheUpdate::to(TrancheState::Submitted, now);

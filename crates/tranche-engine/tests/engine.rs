@@ -1,6 +1,6 @@
 //! The engine against an in-process simulator on a virtual clock.
 
-#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+#![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers fail loudly")]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,15 +27,21 @@ impl Setup {
 
     /// A fresh engine over the same store and folders, as after a restart.
     async fn engine(&self, max_batch_requests: Option<usize>) -> Engine {
+        self.engine_with(|c| c.max_batch_requests = max_batch_requests).await
+    }
+
+    async fn engine_with(&self, tune: impl FnOnce(&mut EngineConfig)) -> Engine {
         let store = Store::open(&self.dir.path().join("t.db").to_string_lossy()).await.unwrap();
         let mut config = OpenAiConfig::new(SecretString::from("sk-test"));
         config.base_url = self.sim.openai_base_url();
         let provider = OpenAiProvider::new(config, http_client().unwrap()).unwrap();
-        let engine_config = EngineConfig {
+        let mut engine_config = EngineConfig {
             poll_interval: Duration::ZERO,
-            max_batch_requests,
+            retry_backoff: Duration::ZERO,
             ..EngineConfig::in_dir(self.dir.path())
         };
+        engine_config.provider_poll_intervals.clear();
+        tune(&mut engine_config);
         Engine::new(store, Providers::new().with(Arc::new(provider)), engine_config)
     }
 }
@@ -139,4 +145,267 @@ async fn an_empty_input_is_rejected_and_stores_nothing() {
     let err = engine.submit(&b"\n\n"[..], options, None, serde_json::json!({})).await.unwrap_err();
     assert!(err.to_string().contains("no requests"), "{err}");
     assert!(engine.store().recent_jobs(5).await.unwrap().is_empty());
+}
+
+/// Ticks (advancing the simulator's clock between rounds) until the job ends.
+async fn run_to_end(setup: &Setup, engine: &Engine, job: JobId) -> JobState {
+    for _ in 0..300 {
+        engine.tick().await.unwrap();
+        let state = engine.store().job(job).await.unwrap().unwrap().state;
+        if state.is_terminal() {
+            return state;
+        }
+        setup.sim.advance(1.0);
+    }
+    panic!("job {job} did not end");
+}
+
+fn ledger_by_custom_id(
+    setup: &Setup,
+) -> std::collections::BTreeMap<String, Vec<tranche_sim::LedgerOutcome>> {
+    let mut map = std::collections::BTreeMap::<String, Vec<_>>::new();
+    for entry in setup.sim.ledger() {
+        map.entry(entry.custom_id).or_default().push(entry.outcome);
+    }
+    map
+}
+
+#[tokio::test]
+async fn a_rerun_of_a_finished_jobs_input_bills_nothing() {
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let first = submit(&engine, &lines(40)).await;
+    assert_eq!(run_to_end(&setup, &engine, first).await, JobState::Done);
+    let billed = setup.sim.stats();
+
+    let second = submit(&engine, &lines(40)).await;
+    assert_eq!(run_to_end(&setup, &engine, second).await, JobState::Done);
+    let counts = engine.store().job_counts(second).await.unwrap();
+    assert_eq!((counts.succeeded, counts.cached), (40, 40));
+    let after = setup.sim.stats();
+    assert_eq!(after.requests_billed, billed.requests_billed, "nothing billed again");
+    assert_eq!(after.batches_created, billed.batches_created, "no batch created");
+    assert_eq!(
+        engine.store().job_tokens(second).await.unwrap().input_tokens,
+        0,
+        "cached answers cost nothing"
+    );
+    let first_rows: Vec<_> = engine.store().job_results(first).try_collect().await.unwrap();
+    let second_rows: Vec<_> = engine.store().job_results(second).try_collect().await.unwrap();
+    for (a, b) in first_rows.iter().zip(&second_rows) {
+        assert_eq!(a.custom_id, b.custom_id);
+        assert_eq!(a.output, b.output, "the cached answer is the earlier one");
+    }
+}
+
+#[tokio::test]
+async fn a_changed_body_is_a_new_version_and_runs() {
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let first = submit(&engine, &lines(10)).await;
+    run_to_end(&setup, &engine, first).await;
+    let billed = setup.sim.stats().requests_billed;
+
+    let changed = lines(10).replacen("k3 question", "k3 question, rephrased", 1);
+    let second = submit(&engine, &changed).await;
+    run_to_end(&setup, &engine, second).await;
+    let counts = engine.store().job_counts(second).await.unwrap();
+    assert_eq!((counts.succeeded, counts.cached), (10, 9));
+    assert_eq!(setup.sim.stats().requests_billed, billed + 1, "only the changed request ran");
+    let rows: Vec<_> = engine.store().job_results(second).try_collect().await.unwrap();
+    assert!(rows[3].output.as_deref().unwrap().contains("rephrased"), "not a stale answer");
+    let old: Vec<_> = engine.store().job_results(first).try_collect().await.unwrap();
+    assert!(
+        !old[3].output.as_deref().unwrap().contains("rephrased"),
+        "history keeps the old version"
+    );
+}
+
+#[tokio::test]
+async fn only_failed_lines_are_billed_again() {
+    let setup = Setup::new().await;
+    setup.sim.set_config(SimConfig {
+        speed: 0.0,
+        line_faults: vec![tranche_sim::LineFault {
+            provider: "any".into(),
+            kind: tranche_sim::LineFaultKind::Retryable,
+            rate: 0.05,
+        }],
+        ..SimConfig::default()
+    });
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(400)).await;
+    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    let counts = engine.store().job_counts(job).await.unwrap();
+    assert_eq!(counts.succeeded, 400, "retryable failures were retried to success");
+    let ledger = ledger_by_custom_id(&setup);
+    assert_eq!(ledger.len(), 400);
+    let mut retried = 0;
+    for (custom_id, outcomes) in &ledger {
+        let billed = outcomes.iter().filter(|o| o.billed()).count();
+        assert_eq!(billed, 1, "{custom_id} billed once: {outcomes:?}");
+        if outcomes.len() > 1 {
+            retried += 1;
+            assert!(
+                !outcomes[0].billed(),
+                "{custom_id} ran again although its first run succeeded"
+            );
+        }
+    }
+    assert!(retried > 5 && retried < 60, "about 5% of 400 lines failed first: {retried}");
+    assert_eq!(counts.retried, retried);
+}
+
+#[tokio::test]
+async fn fatal_lines_fail_at_once_and_are_not_resent() {
+    let setup = Setup::new().await;
+    setup.sim.set_config(SimConfig {
+        speed: 0.0,
+        line_faults: vec![tranche_sim::LineFault {
+            provider: "any".into(),
+            kind: tranche_sim::LineFaultKind::Fatal,
+            rate: 0.1,
+        }],
+        ..SimConfig::default()
+    });
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(200)).await;
+    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    let counts = engine.store().job_counts(job).await.unwrap();
+    assert!(counts.failed > 5, "{counts:?}");
+    assert_eq!(counts.succeeded + counts.failed, 200);
+    assert_eq!(counts.retried, 0);
+    assert!(ledger_by_custom_id(&setup).values().all(|o| o.len() == 1), "nothing was sent twice");
+}
+
+#[tokio::test]
+async fn whole_batch_failures_return_requests_a_bounded_number_of_times() {
+    let setup = Setup::new().await;
+    let mut config = SimConfig { speed: 0.0, ..SimConfig::default() };
+    config.openai.enqueued_token_limits.insert("*".into(), 1);
+    setup.sim.set_config(config);
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(6)).await;
+    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    let counts = engine.store().job_counts(job).await.unwrap();
+    assert_eq!(counts.failed, 6);
+    // Two models, each batch created once and returned three times without spending an attempt.
+    assert_eq!(setup.sim.stats().batches_created, 2 * 4);
+    let rows: Vec<_> = engine.store().job_results(job).try_collect().await.unwrap();
+    let error: serde_json::Value = serde_json::from_str(rows[0].error.as_deref().unwrap()).unwrap();
+    assert_eq!(error["code"], "token_limit_exceeded");
+}
+
+#[tokio::test]
+async fn small_pools_wait_for_the_threshold_and_pool_across_jobs() {
+    let setup = Setup::new().await;
+    let engine = setup
+        .engine_with(|c| {
+            c.min_batch_size = 10;
+            c.max_wait = Duration::from_secs(3600);
+        })
+        .await;
+    let one_model = |from: usize, n: usize| -> String {
+        (from..from + n)
+            .map(|i| format!("{}\n", serde_json::json!({"key": format!("k{i}"), "body": {"model": "m", "messages": []}})))
+            .collect()
+    };
+    let a = submit(&engine, &one_model(0, 6)).await;
+    engine.tick().await.unwrap();
+    assert_eq!(
+        engine.store().job_counts(a).await.unwrap().queued,
+        0,
+        "six requests wait for four more"
+    );
+    let b = submit(&engine, &one_model(6, 4)).await;
+    engine.tick().await.unwrap();
+    assert_eq!(engine.store().job_counts(a).await.unwrap().queued, 6);
+    assert_eq!(engine.store().job_counts(b).await.unwrap().queued, 4);
+    assert_eq!(
+        engine.store().job_tranche_counts(a).await.unwrap().iter().map(|(_, n)| n).sum::<u64>(),
+        1,
+        "one tranche for both jobs"
+    );
+    run_to_end(&setup, &engine, b).await;
+    assert_eq!(setup.sim.stats().batches_created, 1);
+}
+
+#[tokio::test]
+async fn enqueued_token_admission_keeps_one_batch_in_flight() {
+    let setup = Setup::new().await;
+    let body_tokens = tranche_core::tokens::estimate(
+        r#"{"messages":[{"content":"k0 question","role":"user"}],"model":"gpt-4o-mini"}"#,
+    );
+    let engine = setup
+        .engine_with(|c| {
+            c.max_batch_requests = Some(5);
+            c.default_token_budget = Some(body_tokens * 6);
+        })
+        .await;
+    let one_model: String = (0..20)
+        .map(|i| format!("{}\n", serde_json::json!({"key": format!("k{i}"), "body": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": format!("k{i} question")}]}})))
+        .collect();
+    let job = submit(&engine, &one_model).await;
+    let mut most_in_flight = 0;
+    for _ in 0..300 {
+        engine.tick().await.unwrap();
+        let in_flight: u64 = engine
+            .store()
+            .job_tranche_counts(job)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|(state, _)| {
+                !matches!(
+                    state,
+                    tranche_core::TrancheState::Done
+                        | tranche_core::TrancheState::Cleaning
+                        | tranche_core::TrancheState::Ingesting
+                        | tranche_core::TrancheState::Collecting
+                )
+            })
+            .map(|(_, n)| n)
+            .sum();
+        most_in_flight = most_in_flight.max(in_flight);
+        if engine.store().job(job).await.unwrap().unwrap().state.is_terminal() {
+            break;
+        }
+        setup.sim.advance(1.0);
+    }
+    assert_eq!(engine.store().job(job).await.unwrap().unwrap().state, JobState::Done);
+    assert_eq!(most_in_flight, 1, "the budget admits one five-request batch at a time");
+    assert_eq!(setup.sim.stats().batches_created, 4);
+}
+
+#[tokio::test]
+async fn cancel_stops_an_own_batch_at_the_provider_and_detaches_from_shared_ones() {
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let one_model = |from: usize, n: usize| -> String {
+        (from..from + n)
+            .map(|i| format!("{}\n", serde_json::json!({"key": format!("k{i}"), "body": {"model": "m", "messages": [{"role": "user", "content": "x"}]}})))
+            .collect()
+    };
+    // Two jobs in one shared batch, a third alone in another model's batch.
+    let shared_a = submit(&engine, &one_model(0, 5)).await;
+    let shared_b = submit(&engine, &one_model(5, 5)).await;
+    let alone = submit(&engine, &lines(1).replace("gpt-4o-mini", "solo-model")).await;
+    for _ in 0..4 {
+        engine.tick().await.unwrap();
+    }
+    assert_eq!(
+        setup.sim.stats().batches_created,
+        2,
+        "both batches are at the provider, not yet run"
+    );
+
+    engine.cancel_job(alone).await.unwrap();
+    engine.cancel_job(shared_a).await.unwrap();
+    assert_eq!(engine.store().job_counts(shared_a).await.unwrap().cancelled, 5, "detached at once");
+    assert_eq!(run_to_end(&setup, &engine, alone).await, JobState::Cancelled);
+    assert_eq!(engine.store().job_counts(alone).await.unwrap().cancelled, 1);
+    assert_eq!(run_to_end(&setup, &engine, shared_b).await, JobState::Done);
+    assert_eq!(engine.store().job_counts(shared_b).await.unwrap().succeeded, 5);
+    assert_eq!(run_to_end(&setup, &engine, shared_a).await, JobState::Cancelled);
+    assert_eq!(setup.sim.stats().requests_billed, 10, "the cancelled batch ran nothing");
 }

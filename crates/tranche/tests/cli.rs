@@ -33,10 +33,10 @@ impl Sim {
         let mut urls = HashMap::new();
         while urls.len() < 3 {
             let line = lines.next().expect("sim printed its URLs").unwrap();
-            if let Some((name, url)) = line.split_once(": ") {
-                if ["openai", "azure", "anthropic"].contains(&name) {
-                    urls.insert(name.to_owned(), url.trim().to_owned());
-                }
+            if let Some((name, url)) = line.split_once(": ")
+                && ["openai", "azure", "anthropic"].contains(&name)
+            {
+                urls.insert(name.to_owned(), url.trim().to_owned());
             }
         }
         // Keep draining stdout so the child never blocks on a full pipe.
