@@ -223,6 +223,14 @@ impl Engine {
         self.providers.get(kind).ok_or(EngineError::ProviderNotConfigured(kind))
     }
 
+    /// Whole seconds until the next poll of a batch at `provider`, with up to 10% jitter so
+    /// that many tranches do not poll in lockstep.
+    fn poll_delay(&self, provider: ProviderKind) -> i64 {
+        let base = secs(self.config.poll_interval_for(provider));
+        let jitter = base / 10;
+        if jitter > 0 { base + rand::random_range(0..=jitter) } else { base }
+    }
+
     /// Works until `until` holds or `cancel` fires, calling `on_tick` after every round.
     pub async fn drive(
         &self,
@@ -363,21 +371,30 @@ impl Engine {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(StepError::Engine(e)) => return Err(e),
+                Err(StepError::Upstream(e)) if !e.retryable() => {
+                    // The batch may have ended already; it will be collected as it is.
+                    warn!(tranche = %id, error = %e, "the provider refused the cancel; collecting the batch as it ends");
+                    let mut update = TrancheUpdate::to(tranche.state, unix_now());
+                    update.batch_status = Some("cancelling".to_owned());
+                    update.last_error = Some(upstream_json(&e));
+                    self.store.update_tranche(id, update).await?;
+                    return Ok(());
+                }
                 Err(StepError::Upstream(e)) => return self.upstream_failed(&tranche, &e).await,
             }
         }
         let result = match tranche.state {
-            TrancheState::Planned | TrancheState::Uploading
-                if provider.transport() == InputTransport::UploadFile =>
-            {
+            TrancheState::Planned if provider.transport() == InputTransport::UploadFile => {
                 self.upload(&*provider, &tranche).await
+            }
+            TrancheState::Uploading if provider.transport() == InputTransport::UploadFile => {
+                self.adopt_or_upload(&*provider, &tranche).await
             }
             TrancheState::Planned | TrancheState::Uploading => {
                 self.create(&*provider, &tranche).await
             }
-            TrancheState::Uploaded | TrancheState::Creating => {
-                self.create(&*provider, &tranche).await
-            }
+            TrancheState::Uploaded => self.create(&*provider, &tranche).await,
+            TrancheState::Creating => self.adopt_or_create(&*provider, &tranche).await,
             TrancheState::Submitted => self.poll(&*provider, &tranche).await,
             TrancheState::Collecting => self.collect(&*provider, &tranche).await,
             TrancheState::Ingesting => return self.ingest(&*provider, &tranche).await,
@@ -403,10 +420,9 @@ impl Engine {
             let wait =
                 e.retry_after.unwrap_or(self.config.retry_backoff).max(self.config.retry_backoff);
             warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "retryable upstream failure");
-            let mut update = TrancheUpdate::to(tranche.state, now);
-            update.last_error = Some(error);
-            update.not_before = now + secs(wait);
-            self.store.update_tranche(tranche.id, update).await?;
+            // The state stays whatever intent the step recorded: an upload or create whose
+            // answer was lost is looked for before it is repeated.
+            self.store.defer_tranche(tranche.id, &error, now + secs(wait), now).await?;
             return Ok(());
         }
         match tranche.state {
@@ -526,6 +542,121 @@ impl Engine {
         Ok(cancelled)
     }
 
+    /// An upload was about to happen when the last engine stopped: adopt the file if the
+    /// provider has it, upload otherwise.
+    async fn adopt_or_upload(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<(), StepError> {
+        let Some(file) = provider.find_batch_file(tranche.id).await? else {
+            return self.upload(provider, tranche).await;
+        };
+        self.store
+            .record_file(&FileRecord {
+                provider: tranche.provider,
+                file_id: file.id.as_str().to_owned(),
+                purpose: FilePurpose::BatchInput,
+                tranche_id: tranche.id,
+                filename: Some(file.filename.clone()),
+                bytes: Some(file.bytes),
+                expires_at: file.expires_at,
+                created_at: file.created_at,
+            })
+            .await?;
+        let mut update = TrancheUpdate::to(TrancheState::Uploaded, unix_now());
+        update.input_file_id = Some(file.id.as_str().to_owned());
+        self.store.update_tranche(tranche.id, update).await?;
+        info!(tranche = %tranche.id, file = %file.id, "adopted an input file uploaded before a restart");
+        Ok(())
+    }
+
+    /// A create was about to happen when the last engine stopped (or failed without an
+    /// answer): adopt the batch if the provider has it, create it otherwise, and wait when
+    /// the provider's batches cannot tell.
+    async fn adopt_or_create(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<(), StepError> {
+        match self.find_batch(provider, tranche).await? {
+            Adoption::Found(batch) => {
+                let now = unix_now();
+                let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
+                update.batch_id = Some(batch.id.as_str().to_owned());
+                update.batch_status = Some(batch.status.as_str().to_owned());
+                self.store.update_tranche(tranche.id, update).await?;
+                info!(tranche = %tranche.id, batch = %batch.id, "adopted a batch created before a restart");
+                Ok(())
+            }
+            Adoption::NotFound => self.create(provider, tranche).await,
+            Adoption::Ambiguous(candidates) => {
+                let now = unix_now();
+                let mut update = TrancheUpdate::to(TrancheState::Creating, now);
+                update.last_error = Some(serde_json::json!({
+                    "provider": tranche.provider, "status": null, "error_type": null,
+                    "code": "adoption_ambiguous",
+                    "message": format!(
+                        "{candidates} batches at the provider could be this tranche's ({} requests, created after it was planned); waiting rather than guessing or creating it again",
+                        tranche.request_count
+                    ),
+                    "param": null, "request_id": null, "retryable": true,
+                }));
+                update.not_before = now + self.poll_delay(tranche.provider);
+                self.store.update_tranche(tranche.id, update).await?;
+                warn!(tranche = %tranche.id, candidates, "cannot tell which batch is this tranche's; waiting");
+                Ok(())
+            }
+        }
+    }
+
+    /// Looks for the tranche's batch among the provider's batches created since it was planned:
+    /// by `tranche_id` metadata where batches carry it, else by request count among batches no
+    /// other tranche has recorded.
+    async fn find_batch(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+    ) -> Result<Adoption, StepError> {
+        const CLOCK_SLACK: i64 = 300;
+        let since = tranche.created_at - CLOCK_SLACK;
+        let mut after = None;
+        let mut candidates = Vec::new();
+        loop {
+            let page = provider.list_batches(after.as_ref(), 100).await?;
+            let mut older = false;
+            for batch in page.data {
+                if batch.created_at < since {
+                    older = true;
+                    continue;
+                }
+                if provider.has_batch_metadata() {
+                    if batch.tranche_id() == Some(tranche.id) {
+                        return Ok(Adoption::Found(Box::new(batch)));
+                    }
+                } else if batch.request_counts.total == tranche.request_count
+                    && self
+                        .store
+                        .tranche_of_batch(tranche.provider, batch.id.as_str())
+                        .await?
+                        .is_none()
+                {
+                    candidates.push(batch);
+                }
+            }
+            // Lists are newest first: once a page reaches batches older than the tranche, stop.
+            if older || !page.has_more || page.last_id.is_none() {
+                break;
+            }
+            after = page.last_id;
+        }
+        Ok(match candidates.len() {
+            0 => Adoption::NotFound,
+            1 => Adoption::Found(Box::new(candidates.remove(0))),
+            n => Adoption::Ambiguous(n),
+        })
+    }
+
     async fn upload(
         &self,
         provider: &dyn Provider,
@@ -630,7 +761,7 @@ impl Engine {
         let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
         update.batch_id = Some(batch.id.as_str().to_owned());
         update.batch_status = Some(batch.status.as_str().to_owned());
-        update.not_before = now + secs(self.config.poll_interval_for(tranche.provider));
+        update.not_before = now + self.poll_delay(tranche.provider);
         self.store.update_tranche(tranche.id, update).await?;
         info!(tranche = %tranche.id, batch = %batch.id, "created batch");
         Ok(())
@@ -651,7 +782,7 @@ impl Engine {
         if !batch.status.is_terminal() {
             let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
             update.batch_status = Some(batch.status.as_str().to_owned());
-            update.not_before = now + secs(self.config.poll_interval_for(tranche.provider));
+            update.not_before = now + self.poll_delay(tranche.provider);
             self.store.update_tranche(tranche.id, update).await?;
             debug!(tranche = %tranche.id, status = %batch.status, "batch still running");
             return Ok(());
@@ -967,6 +1098,14 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// What the provider's batch list says about a tranche whose create was not recorded.
+#[derive(Debug)]
+enum Adoption {
+    Found(Box<tranche_providers::RemoteBatch>),
+    NotFound,
+    Ambiguous(usize),
 }
 
 /// How a request's failure counts against its retry budget.

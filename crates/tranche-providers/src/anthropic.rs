@@ -246,6 +246,10 @@ impl Provider for AnthropicProvider {
         PROVIDER
     }
 
+    fn has_batch_metadata(&self) -> bool {
+        false
+    }
+
     fn transport(&self) -> InputTransport {
         InputTransport::Inline
     }

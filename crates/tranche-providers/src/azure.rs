@@ -271,6 +271,13 @@ impl Provider for AzureProvider {
         oai::write_input_line(out, wire_id, endpoint, body);
     }
 
+    async fn find_batch_file(
+        &self,
+        tranche: TrancheId,
+    ) -> Result<Option<UploadedFile>, UpstreamError> {
+        self.client.find_file(&format!("tranche-{tranche}.jsonl")).await
+    }
+
     async fn upload_batch_file(
         &self,
         tranche: TrancheId,

@@ -287,6 +287,44 @@ impl OaiClient {
         })
     }
 
+    /// Finds a live batch input file by its name, newest first, walking every page.
+    pub(crate) async fn find_file(
+        &self,
+        filename: &str,
+    ) -> Result<Option<UploadedFile>, UpstreamError> {
+        let mut after: Option<String> = None;
+        loop {
+            let mut url = self.url(&["files"]);
+            {
+                let mut query = url.query_pairs_mut();
+                query.append_pair("purpose", "batch");
+                query.append_pair("order", "desc");
+                query.append_pair("limit", "1000");
+                if let Some(after) = &after {
+                    query.append_pair("after", after);
+                }
+            }
+            let list: WireFileList = self.call_json(Method::GET, url, NO_BODY, true).await?;
+            if let Some(file) = list.data.iter().find(|f| f.filename.as_deref() == Some(filename)) {
+                return Ok(Some(UploadedFile {
+                    id: FileId::new(file.id.clone()),
+                    bytes: file.bytes.unwrap_or(0),
+                    filename: filename.to_owned(),
+                    created_at: file.created_at,
+                    expires_at: file.expires_at,
+                }));
+            }
+            let next = list
+                .last_id
+                .filter(|id| !id.is_empty())
+                .or_else(|| list.data.last().map(|f| f.id.clone()));
+            match (list.has_more.unwrap_or(false), next) {
+                (true, Some(next)) if after.as_ref() != Some(&next) => after = Some(next),
+                _ => return Ok(None),
+            }
+        }
+    }
+
     /// Creates a batch from an uploaded file. Never retried.
     pub(crate) async fn create(&self, req: CreateBatch<'_>) -> Result<RemoteBatch, UpstreamError> {
         let BatchInput::File(input_file_id) = req.input else {
@@ -523,6 +561,16 @@ pub(crate) struct WireFile {
     created_at: i64,
     #[serde(default, deserialize_with = "opt_timestamp")]
     expires_at: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireFileList {
+    #[serde(default)]
+    data: Vec<WireFile>,
+    #[serde(default)]
+    has_more: Option<bool>,
+    #[serde(default)]
+    last_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

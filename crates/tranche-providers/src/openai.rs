@@ -139,6 +139,13 @@ impl Provider for OpenAiProvider {
         oai::write_input_line(out, wire_id, endpoint, body);
     }
 
+    async fn find_batch_file(
+        &self,
+        tranche: TrancheId,
+    ) -> Result<Option<UploadedFile>, UpstreamError> {
+        self.client.find_file(&format!("tranche-{tranche}.jsonl")).await
+    }
+
     async fn upload_batch_file(
         &self,
         tranche: TrancheId,

@@ -67,6 +67,23 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Deletes a file; a file that is already gone (404) counts as deleted.
     async fn delete_file(&self, id: &FileId) -> Result<(), UpstreamError>;
 
+    /// Finds the input file tranche uploaded for `tranche` (named `tranche-<id>.jsonl`), if the
+    /// provider has it: how an upload that happened but was never recorded is adopted after a
+    /// crash. Providers without files have none.
+    async fn find_batch_file(
+        &self,
+        tranche: TrancheId,
+    ) -> Result<Option<UploadedFile>, UpstreamError> {
+        let _ = tranche;
+        Ok(None)
+    }
+
+    /// Whether batches carry tranche's metadata (`tranche_id`), so that one can be found by
+    /// it. Anthropic's have no metadata; the engine matches them by count and time instead.
+    fn has_batch_metadata(&self) -> bool {
+        true
+    }
+
     /// Streams a batch's results from its `results_url` to `dest`, for providers that serve
     /// results that way. Returns bytes written.
     async fn download_results(&self, results_url: &str, dest: &Path) -> Result<u64, UpstreamError> {

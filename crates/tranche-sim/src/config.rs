@@ -343,6 +343,9 @@ pub enum HttpFaultKind {
     Drop,
     /// Only delay (`latency_ms`), then serve normally.
     Latency,
+    /// Carry the request out, then close the connection without answering: the side effect
+    /// happened but the client never learns of it (a lost response after a commit).
+    DropAfter,
 }
 
 impl HttpFault {
@@ -386,7 +389,7 @@ impl HttpFault {
             (HttpFaultKind::Error, s) => {
                 bad(format!("faults[{i}].status must be between 400 and 599, got {s:?}"))
             }
-            (HttpFaultKind::Drop | HttpFaultKind::Latency, _) => Ok(()),
+            (HttpFaultKind::Drop | HttpFaultKind::DropAfter | HttpFaultKind::Latency, _) => Ok(()),
         }
     }
 

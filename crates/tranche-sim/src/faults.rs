@@ -66,6 +66,10 @@ pub(crate) async fn inject(
     match fault.effective_kind() {
         HttpFaultKind::Latency => next.run(req).await,
         HttpFaultKind::Drop => dropped(),
+        HttpFaultKind::DropAfter => {
+            let _carried_out = next.run(req).await;
+            dropped()
+        }
         HttpFaultKind::Error => {
             let status = fault
                 .status

@@ -541,6 +541,24 @@ impl Store {
         Ok(to_u64(row.try_get(0)?))
     }
 
+    /// The tranche that recorded a provider batch, if any.
+    pub async fn tranche_of_batch(
+        &self,
+        provider: ProviderKind,
+        batch_id: &str,
+    ) -> StoreResult<Option<TrancheId>> {
+        let row = sqlx::query("SELECT id FROM tranches WHERE provider = ? AND batch_id = ?")
+            .bind(provider.as_str())
+            .bind(batch_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            let id: String = row.try_get(0)?;
+            parse("tranche id", &id)
+        })
+        .transpose()
+    }
+
     /// The jobs with requests in a tranche.
     pub async fn jobs_of_tranche(&self, tranche: TrancheId) -> StoreResult<Vec<JobId>> {
         let rows = sqlx::query(
@@ -555,6 +573,27 @@ impl Store {
                 parse("job id", &id)
             })
             .collect()
+    }
+
+    /// Puts a tranche off until `not_before`, recording why, without touching its state (which
+    /// may have moved to an "-ing" intent since the caller read it).
+    pub async fn defer_tranche(
+        &self,
+        id: TrancheId,
+        last_error: &serde_json::Value,
+        not_before: i64,
+        at: i64,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE tranches SET last_error = ?, not_before = ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(last_error.to_string())
+        .bind(not_before)
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     // ---- provider files --------------------------------------------------------------------
