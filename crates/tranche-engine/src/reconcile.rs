@@ -597,7 +597,7 @@ impl Engine {
                     "provider": tranche.provider, "status": null, "error_type": null,
                     "code": "adoption_ambiguous",
                     "message": format!(
-                        "{candidates} batches at the provider could be this tranche's ({} requests, created after it was planned); waiting rather than guessing or creating it again",
+                        "{candidates} running batch(es) at the provider could be this tranche's ({} requests, created after it was planned); waiting for their results to tell, rather than guessing or creating it again",
                         tranche.request_count
                     ),
                     "param": null, "request_id": null, "retryable": true,
@@ -650,11 +650,49 @@ impl Engine {
             }
             after = page.last_id;
         }
-        Ok(match candidates.len() {
-            0 => Adoption::NotFound,
-            1 => Adoption::Found(Box::new(candidates.remove(0))),
-            n => Adoption::Ambiguous(n),
-        })
+        if candidates.is_empty() {
+            return Ok(Adoption::NotFound);
+        }
+        // Count and time make a batch a candidate, never a certainty: another tranche's lost
+        // create looks the same. Only the results' custom ids settle it.
+        self.confirm_by_results(provider, tranche, candidates).await
+    }
+
+    /// Among candidate batches without metadata, finds the one whose results name this
+    /// tranche's requests. Only batches that have ended have results: while any candidate
+    /// runs, the tranche waits; once all have ended and none is its own, it is created.
+    async fn confirm_by_results(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+        candidates: Vec<tranche_providers::RemoteBatch>,
+    ) -> Result<Adoption, StepError> {
+        let mut running = 0;
+        let dir = self.config.raw_dir.join(tranche.id.to_string());
+        tokio::fs::create_dir_all(&dir).await.map_err(EngineError::io("creating", &dir))?;
+        for batch in candidates {
+            let Some(url) = batch.results_url.as_deref().filter(|_| batch.status.is_terminal())
+            else {
+                running += 1;
+                continue;
+            };
+            let probe = dir.join(format!("candidate-{}.jsonl", batch.id));
+            provider.download_results(url, &probe).await?;
+            let first = tokio::fs::read_to_string(&probe)
+                .await
+                .map_err(EngineError::io("reading", &probe))?
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .and_then(|line| provider.parse_result_line(line).ok())
+                .map(|line| line.wire_id);
+            let _ = tokio::fs::remove_file(&probe).await;
+            if let Some(wire_id) = first
+                && self.store.tranche_has_wire_id(tranche.id, &wire_id).await?
+            {
+                return Ok(Adoption::Found(Box::new(batch)));
+            }
+        }
+        Ok(if running == 0 { Adoption::NotFound } else { Adoption::Ambiguous(running) })
     }
 
     async fn upload(

@@ -541,6 +541,20 @@ impl Store {
         Ok(to_u64(row.try_get(0)?))
     }
 
+    /// Whether a request with `wire_id` waits in `tranche`.
+    pub async fn tranche_has_wire_id(
+        &self,
+        tranche: TrancheId,
+        wire_id: &str,
+    ) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 FROM requests WHERE tranche_id = ? AND wire_id = ? AND state = 'queued' LIMIT 1")
+            .bind(tranche.to_string())
+            .bind(wire_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
     /// The tranche that recorded a provider batch, if any.
     pub async fn tranche_of_batch(
         &self,

@@ -196,3 +196,55 @@ fn a_fifth_of_provider_calls_failing_changes_no_result() {
     assert!(out.status.success(), "{}", text(&out));
     assert_exactly_once(&env, &sim, &job, 200);
 }
+
+#[test]
+fn anthropic_overload_and_lost_creates_change_no_result() {
+    let env = Env::new();
+    let config = env.write(
+        "faults.json",
+        r#"{"seed": 5, "faults": [
+            {"provider": "anthropic", "operation": "any", "status": 529, "rate": 0.1},
+            {"provider": "anthropic", "operation": "any", "status": 500, "rate": 0.05},
+            {"provider": "anthropic", "operation": "any", "status": 0, "kind": "drop", "rate": 0.05},
+            {"provider": "anthropic", "operation": "create", "kind": "drop_after", "rate": 0.6}
+        ]}"#,
+    );
+    let sim = Sim::start(&["--config", config.to_str().unwrap(), "--speed", "30"]);
+    let lines: String = (0..120)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"key": format!("doc:{i}"), "body": {"model": "claude-sonnet-4-5", "max_tokens": 32,
+                    "messages": [{"role": "user", "content": format!("doc:{i} says hello")}]}})
+            )
+        })
+        .collect();
+    let input = env.write("input.jsonl", &lines);
+    let out = env
+        .tranche()
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "--task",
+            "greet",
+            "--provider",
+            "anthropic",
+            "--base-url",
+            &sim.anthropic,
+        ])
+        .args(["--poll-interval", "0.02", "--max-batch-requests", "25", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["counts"]["succeeded"], 120, "{status}");
+    let billed = billed(&sim);
+    assert_eq!(billed.len(), 120);
+    assert!(billed.values().all(|&times| times == 1), "a request was billed twice: {billed:?}");
+    let tranches = status["tranches"]["done"].as_u64().unwrap();
+    assert_eq!(
+        stats(&sim)["by_provider"]["anthropic"]["batches_created"].as_u64().unwrap(),
+        tranches,
+        "a batch was created twice"
+    );
+}
