@@ -28,6 +28,21 @@ pub async fn job_status(store: &Store, job: &JobRecord) -> Result<serde_json::Va
         .collect();
     let tokens = store.job_tokens(job.id).await?;
     let files = store.job_file_counts(job.id).await?;
+    // Why unfinished tranches are held up (retry backoff, an adoption that waits), if they are.
+    let waiting: Vec<serde_json::Value> = store
+        .job_live_tranches(job.id)
+        .await?
+        .into_iter()
+        .filter_map(|(tranche, _)| {
+            let error = tranche.last_error?;
+            Some(serde_json::json!({
+                "tranche_id": tranche.id.to_string(),
+                "state": tranche.state.as_str(),
+                "not_before": tranche.not_before,
+                "reason": error,
+            }))
+        })
+        .collect();
     Ok(serde_json::json!({
         "job_id": job.id.to_string(),
         "state": job.state.as_str(),
@@ -48,6 +63,7 @@ pub async fn job_status(store: &Store, job: &JobRecord) -> Result<serde_json::Va
         "tokens": tokens,
         "files": files,
         "error": job.last_error,
+        "waiting": waiting,
     }))
 }
 

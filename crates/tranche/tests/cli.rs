@@ -89,6 +89,7 @@ fn submit_worker_status_results() {
     assert_eq!(status["state"], "pending");
     assert_eq!(status["counts"]["accepted"], 20);
     assert_eq!(status["counts"]["pending"], 20);
+    assert!(status["waiting"].as_array().is_some_and(Vec::is_empty), "{status}");
 
     let out = env
         .tranche()
