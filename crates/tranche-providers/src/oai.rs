@@ -732,6 +732,96 @@ impl From<WireBatch> for RemoteBatch {
     }
 }
 
+/// Implements `Provider` for an adapter whose `client` field is an [`OaiClient`]: OpenAI and
+/// Azure differ in configuration and URLs, not in what each batch step does.
+macro_rules! forward_provider {
+    ($adapter:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::provider::Provider for $adapter {
+            fn kind(&self) -> tranche_core::ProviderKind {
+                self.client.provider()
+            }
+
+            fn write_input_line(
+                &self,
+                out: &mut Vec<u8>,
+                wire_id: &str,
+                endpoint: tranche_core::Endpoint,
+                body: &serde_json::value::RawValue,
+            ) {
+                $crate::oai::write_input_line(out, wire_id, endpoint, body);
+            }
+
+            async fn find_batch_file(
+                &self,
+                tranche: tranche_core::TrancheId,
+            ) -> Result<Option<$crate::types::UploadedFile>, $crate::error::UpstreamError> {
+                self.client.find_file(&format!("tranche-{tranche}.jsonl")).await
+            }
+
+            async fn upload_batch_file(
+                &self,
+                tranche: tranche_core::TrancheId,
+                path: &std::path::Path,
+            ) -> Result<$crate::types::UploadedFile, $crate::error::UpstreamError> {
+                self.client.upload(tranche, path).await
+            }
+
+            async fn create_batch(
+                &self,
+                req: $crate::types::CreateBatch<'_>,
+            ) -> Result<$crate::types::RemoteBatch, $crate::error::UpstreamError> {
+                self.client.create(req).await
+            }
+
+            async fn retrieve_batch(
+                &self,
+                id: &$crate::types::BatchId,
+            ) -> Result<$crate::types::RemoteBatch, $crate::error::UpstreamError> {
+                self.client.retrieve(id).await
+            }
+
+            async fn list_batches(
+                &self,
+                after: Option<&$crate::types::BatchId>,
+                limit: u32,
+            ) -> Result<$crate::types::BatchPage, $crate::error::UpstreamError> {
+                self.client.list(after, limit).await
+            }
+
+            async fn cancel_batch(
+                &self,
+                id: &$crate::types::BatchId,
+            ) -> Result<$crate::types::RemoteBatch, $crate::error::UpstreamError> {
+                self.client.cancel(id).await
+            }
+
+            async fn download_file(
+                &self,
+                id: &$crate::types::FileId,
+                dest: &std::path::Path,
+            ) -> Result<u64, $crate::error::UpstreamError> {
+                self.client.download(id, dest).await
+            }
+
+            async fn delete_file(
+                &self,
+                id: &$crate::types::FileId,
+            ) -> Result<(), $crate::error::UpstreamError> {
+                self.client.delete_file(id).await
+            }
+
+            fn parse_result_line(
+                &self,
+                line: &str,
+            ) -> Result<$crate::types::ResultLine, $crate::error::LineParseError> {
+                $crate::oai::parse_result_line(self.client.provider(), line)
+            }
+        }
+    };
+}
+pub(crate) use forward_provider;
+
 #[cfg(test)]
 mod tests {
     use super::*;

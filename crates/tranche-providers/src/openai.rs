@@ -2,19 +2,13 @@
 //! OpenAI-shaped wire shared with Azure (`oai`).
 
 use std::fmt;
-use std::path::Path;
 
 use secrecy::SecretString;
-use serde_json::value::RawValue;
-use tranche_core::{Endpoint, ProviderKind, TrancheId};
+use tranche_core::ProviderKind;
 
-use crate::error::{ConfigError, LineParseError, UpstreamError};
+use crate::error::ConfigError;
 use crate::http::RetryPolicy;
 use crate::oai::{self, Auth, EndpointStyle, OaiClient, OaiSettings};
-use crate::provider::Provider;
-use crate::types::{
-    BatchId, BatchPage, CreateBatch, FileId, RemoteBatch, ResultLine, UploadedFile,
-};
 
 const PROVIDER: ProviderKind = ProviderKind::Openai;
 
@@ -123,75 +117,14 @@ impl OpenAiProvider {
     }
 }
 
-#[async_trait::async_trait]
-impl Provider for OpenAiProvider {
-    fn kind(&self) -> ProviderKind {
-        PROVIDER
-    }
-
-    fn write_input_line(
-        &self,
-        out: &mut Vec<u8>,
-        wire_id: &str,
-        endpoint: Endpoint,
-        body: &RawValue,
-    ) {
-        oai::write_input_line(out, wire_id, endpoint, body);
-    }
-
-    async fn find_batch_file(
-        &self,
-        tranche: TrancheId,
-    ) -> Result<Option<UploadedFile>, UpstreamError> {
-        self.client.find_file(&format!("tranche-{tranche}.jsonl")).await
-    }
-
-    async fn upload_batch_file(
-        &self,
-        tranche: TrancheId,
-        path: &Path,
-    ) -> Result<UploadedFile, UpstreamError> {
-        self.client.upload(tranche, path).await
-    }
-
-    async fn create_batch(&self, req: CreateBatch<'_>) -> Result<RemoteBatch, UpstreamError> {
-        self.client.create(req).await
-    }
-
-    async fn retrieve_batch(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError> {
-        self.client.retrieve(id).await
-    }
-
-    async fn list_batches(
-        &self,
-        after: Option<&BatchId>,
-        limit: u32,
-    ) -> Result<BatchPage, UpstreamError> {
-        self.client.list(after, limit).await
-    }
-
-    async fn cancel_batch(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError> {
-        self.client.cancel(id).await
-    }
-
-    async fn download_file(&self, id: &FileId, dest: &Path) -> Result<u64, UpstreamError> {
-        self.client.download(id, dest).await
-    }
-
-    async fn delete_file(&self, id: &FileId) -> Result<(), UpstreamError> {
-        self.client.delete_file(id).await
-    }
-
-    fn parse_result_line(&self, line: &str) -> Result<ResultLine, LineParseError> {
-        oai::parse_result_line(PROVIDER, line)
-    }
-}
+crate::oai::forward_provider!(OpenAiProvider);
 
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::provider::Provider;
 
     impl OpenAiProvider {
         fn url(&self, segments: &[&str]) -> reqwest::Url {
