@@ -71,17 +71,16 @@ impl AnthropicConfig {
         base_url_override: Option<String>,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let key = lookup("ANTHROPIC_API_KEY")
-            .ok_or(ConfigError::MissingEnv { var: "ANTHROPIC_API_KEY", provider: PROVIDER })?;
-        if key.trim().is_empty() {
-            return Err(ConfigError::EmptyApiKey { provider: PROVIDER });
-        }
-        let mut config = Self::new(SecretString::from(key));
-        if let Some(url) = base_url_override
-            .or_else(|| lookup("ANTHROPIC_BASE_URL"))
-            .filter(|url| !url.trim().is_empty())
-        {
-            config.base_url = url.trim().to_owned();
+        let (key, base_url) = oai::key_and_base_url(
+            PROVIDER,
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            base_url_override,
+            lookup,
+        )?;
+        let mut config = Self::new(key);
+        if let Some(url) = base_url {
+            config.base_url = url;
         }
         config.validate()?;
         Ok(config)

@@ -732,6 +732,26 @@ impl From<WireBatch> for RemoteBatch {
     }
 }
 
+/// The API key (required, not blank) and the base URL (override, else the variable; blank means
+/// unset) that an adapter's `from_env` reads, the same way for every provider.
+pub(crate) fn key_and_base_url(
+    provider: ProviderKind,
+    key_var: &'static str,
+    base_var: &str,
+    base_url_override: Option<String>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<(SecretString, Option<String>), ConfigError> {
+    let key = lookup(key_var).ok_or(ConfigError::MissingEnv { var: key_var, provider })?;
+    if key.trim().is_empty() {
+        return Err(ConfigError::EmptyApiKey { provider });
+    }
+    let base_url = base_url_override
+        .or_else(|| lookup(base_var))
+        .filter(|url| !url.trim().is_empty())
+        .map(|url| url.trim().to_owned());
+    Ok((SecretString::from(key), base_url))
+}
+
 /// Implements `Provider` for an adapter whose `client` field is an [`OaiClient`]: OpenAI and
 /// Azure differ in configuration and URLs, not in what each batch step does.
 macro_rules! forward_provider {
