@@ -10,10 +10,11 @@
 //! asynchronously. custom_id format and duplicates are checked at create (HTTP 400).
 
 use std::collections::{HashMap, HashSet};
+use std::io;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -25,13 +26,14 @@ use crate::AppState;
 use crate::config::LineFaultKind;
 use crate::faults;
 use crate::model::{self, ModelOutput, ModelRejection, RunContext, base62};
-use crate::openai::stream_bytes;
+use crate::openai::stream_body;
+use crate::spool::{FileBody, IndexWriter, LineWriter, Spool};
 use crate::state::{
     self, BatchRecord, BatchStatus, Dialect, LineKind, LineResult, NewBatch, Provider, Sink,
     StoreError, lock,
 };
 use crate::time::rfc3339;
-use crate::validate::{PlannedLine, ValidInput};
+use crate::validate::ValidInput;
 
 const PROVIDER: Provider = Provider::Anthropic;
 
@@ -217,13 +219,14 @@ impl Dialect for AnthropicDialect {
         true
     }
 
+    /// `request` is the spooled line `{"custom_id", "params"}` (see [`plan_requests`]).
     fn execute(
         &self,
         _endpoint: &str,
-        raw: &[u8],
+        mut request: Value,
         ctx: &mut RunContext<'_>,
     ) -> Result<ModelOutput, ModelRejection> {
-        let params = crate::validate::parse_line(raw).unwrap_or(Value::Null);
+        let params = request.get_mut("params").map(Value::take).unwrap_or(Value::Null);
         model::anthropic_message(&params, ctx)
     }
 
@@ -303,11 +306,11 @@ fn valid_custom_id(id: &str) -> bool {
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The runnable lines of a create body, or the 400 it deserves.
-fn plan_requests(body: &[u8], max_requests: usize) -> Result<Vec<PlannedLine>, AnthropicError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        AnthropicError::invalid(format!("There was an issue with your request body: {e}"))
-    })?;
+/// The requests of a create body as `(custom_id, params)`, or the 400 it deserves.
+fn check_requests(
+    value: &Value,
+    max_requests: usize,
+) -> Result<Vec<(&str, &Value)>, AnthropicError> {
     let Some(obj) = value.as_object() else {
         return Err(AnthropicError::invalid("Input should be a valid dictionary"));
     };
@@ -371,7 +374,7 @@ fn plan_requests(body: &[u8], max_requests: usize) -> Result<Vec<PlannedLine>, A
                 "requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
             )));
         }
-        if !seen.insert(custom_id.clone()) {
+        if !seen.insert(custom_id.as_str()) {
             return Err(AnthropicError::invalid(format!(
                 "requests.{i}.custom_id: Duplicate custom_id '{custom_id}'; each custom_id must be unique within a batch."
             )));
@@ -379,20 +382,60 @@ fn plan_requests(body: &[u8], max_requests: usize) -> Result<Vec<PlannedLine>, A
         let Some(params) = request.get("params") else {
             return Err(AnthropicError::invalid(format!("requests.{i}.params: Field required")));
         };
-        lines.push(PlannedLine {
-            custom_id: custom_id.clone(),
-            raw: Bytes::from(params.to_string()),
-        });
+        lines.push((custom_id.as_str(), params));
     }
     Ok(lines)
 }
 
+fn spool_error(e: &io::Error) -> AnthropicError {
+    AnthropicError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "api_error",
+        format!("The simulator could not store the batch: {e}"),
+    )
+}
+
+/// Checks a create body and writes its requests to the spool as the batch's lines, one
+/// `{"custom_id", "params"}` object a line, or answers the 400 it deserves. The body is parsed in
+/// memory (it is at most `max_body_bytes`); nothing of it is kept once the lines are on disk.
+fn plan_requests(
+    body: &[u8],
+    max_requests: usize,
+    spool: &Spool,
+    seed: u64,
+) -> Result<ValidInput, AnthropicError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        AnthropicError::invalid(format!("There was an issue with your request body: {e}"))
+    })?;
+    let requests = check_requests(&value, max_requests)?;
+    let write = || -> io::Result<ValidInput> {
+        let mut data = LineWriter::new(spool, "requests")?;
+        let mut index = IndexWriter::new(spool, seed)?;
+        let mut line = Vec::new();
+        for (custom_id, params) in &requests {
+            line.clear();
+            line.extend_from_slice(b"{\"custom_id\":");
+            serde_json::to_writer(&mut line, custom_id)?;
+            line.extend_from_slice(b",\"params\":");
+            serde_json::to_writer(&mut line, params)?;
+            line.push(b'}');
+            let start = data.push(&line)?;
+            index.push(start, u64::try_from(line.len()).unwrap_or(u64::MAX), custom_id)?;
+        }
+        let lines = index.finish(data.finish()?)?;
+        Ok(ValidInput { lines, model: None, estimated_tokens: 0 })
+    };
+    write().map_err(|e| spool_error(&e))
+}
+
 async fn create_batch(State(state): State<AppState>, req: Request) -> Response {
     let base = base_url(req.headers(), &state);
-    let (max_body, max_requests, max_queued, seed) = {
+    let (max_body, max_requests, max_queued, seed, spool, worker) = {
         let sim = lock(&state.sim);
         let a = &sim.config.anthropic;
-        (a.max_body_bytes, a.max_requests_per_batch, a.max_queued_requests, sim.config.seed)
+        let (spool, worker) = (sim.spool.clone(), sim.worker.clone());
+        let seed = sim.config.seed;
+        (a.max_body_bytes, a.max_requests_per_batch, a.max_queued_requests, seed, spool, worker)
     };
     let limit = usize::try_from(max_body).unwrap_or(usize::MAX);
     let Ok(body) = axum::body::to_bytes(req.into_body(), limit).await else {
@@ -404,21 +447,15 @@ async fn create_batch(State(state): State<AppState>, req: Request) -> Response {
         )
         .into_response();
     };
-    let planned = tokio::task::spawn_blocking(move || {
-        plan_requests(&body, max_requests).map(|lines| {
-            let order = state::shuffled_order(&lines, seed);
-            (lines, order)
-        })
-    })
-    .await;
-    let (lines, order) = match planned {
-        Ok(Ok(planned)) => planned,
-        Ok(Err(e)) => return e.into_response(),
-        Err(e) => {
+    let planned = worker.run(move || plan_requests(&body, max_requests, &spool, seed)).await;
+    let valid = match planned {
+        Some(Ok(planned)) => planned,
+        Some(Err(e)) => return e.into_response(),
+        None => {
             return AnthropicError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "api_error",
-                e.to_string(),
+                "the batch could not be planned",
             )
             .into_response();
         }
@@ -426,7 +463,7 @@ async fn create_batch(State(state): State<AppState>, req: Request) -> Response {
     let mut sim = lock(&state.sim);
     if let Some(max) = max_queued {
         let queued = sim.queued_requests(PROVIDER);
-        let n = u64::try_from(lines.len()).unwrap_or(u64::MAX);
+        let n = valid.lines.count();
         if queued + n > max {
             return AnthropicError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -446,9 +483,8 @@ async fn create_batch(State(state): State<AppState>, req: Request) -> Response {
         metadata: None,
         output_expires_seconds: None,
     };
-    let verdict = Ok(ValidInput { lines, model: None, estimated_tokens: 0 });
     let (now, retention) = now_and_retention(&mut sim);
-    let batch = sim.insert_batch(new, verdict, order);
+    let batch = sim.insert_batch(new, Ok(valid));
     axum::Json(batch_json(batch, &base, now, retention)).into_response()
 }
 
@@ -534,30 +570,35 @@ async fn delete_batch(State(state): State<AppState>, Path(id): Path<String>) -> 
 }
 
 async fn results(State(state): State<AppState>, Path(id): Path<String>) -> Response {
-    let mut sim = lock(&state.sim);
-    let now = sim.sync();
-    let retention = sim.config.anthropic.results_retention_seconds;
-    let Some(b) = sim.batch(PROVIDER, &id) else {
-        return AnthropicError::no_such_batch(&id).into_response();
+    let content = match results_body(&state, &id) {
+        Ok(content) => content,
+        Err(e) => return e.into_response(),
     };
-    if !b.status.is_terminal() {
-        return AnthropicError::invalid(format!(
-            "Message batch {id} is still processing; results are available once it has ended."
-        ))
-        .into_response();
-    }
-    if now >= b.created_at + retention as f64 {
-        return AnthropicError::not_found(format!(
-            "The results of message batch {id} are no longer available: results are kept for 29 days after the batch was created."
-        ))
-        .into_response();
-    }
-    let content = b.results.clone().unwrap_or_default();
-    drop(sim);
-    match stream_bytes(content, "application/binary") {
+    match stream_body(content, "application/binary").await {
         Ok(res) => res,
         Err(_) => Response::new(Body::empty()),
     }
+}
+
+/// The results file of an ended batch, or why there is none.
+fn results_body(state: &AppState, id: &str) -> Result<FileBody, AnthropicError> {
+    let mut sim = lock(&state.sim);
+    let now = sim.sync();
+    let retention = sim.config.anthropic.results_retention_seconds;
+    let Some(b) = sim.batch(PROVIDER, id) else {
+        return Err(AnthropicError::no_such_batch(id));
+    };
+    if !b.status.is_terminal() {
+        return Err(AnthropicError::invalid(format!(
+            "Message batch {id} is still processing; results are available once it has ended."
+        )));
+    }
+    if now >= b.created_at + retention as f64 {
+        return Err(AnthropicError::not_found(format!(
+            "The results of message batch {id} are no longer available: results are kept for 29 days after the batch was created."
+        )));
+    }
+    Ok(b.results.clone().unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -584,8 +625,14 @@ mod tests {
         let params =
             json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]});
         let body = |requests: Value| json!({"requests": requests}).to_string().into_bytes();
-        let ok = plan_requests(&body(json!([{"custom_id": "a", "params": params}])), 10).unwrap();
-        assert_eq!(ok[0].custom_id, "a");
+        let spool = Spool::new(None).unwrap();
+        let plan = |body: &[u8], max| plan_requests(body, max, &spool, 7);
+        let ok = plan(&body(json!([{"custom_id": "a", "params": params}])), 10).unwrap();
+        assert_eq!(ok.lines.count(), 1);
+        let mut line = Vec::new();
+        ok.lines.reader().unwrap().read(0, &mut line).unwrap();
+        let line: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(line, json!({"custom_id": "a", "params": params}));
         let cases = [
             (json!([]), "requests: List should have at least 1 item after validation, not 0"),
             (
@@ -603,15 +650,12 @@ mod tests {
             (json!([{"custom_id": "a"}]), "requests.0.params: Field required"),
         ];
         for (requests, message) in cases {
-            assert_eq!(plan_requests(&body(requests), 10).unwrap_err().message, message);
+            assert_eq!(plan(&body(requests), 10).unwrap_err().message, message);
         }
         let many: Vec<Value> =
             (0..3).map(|i| json!({"custom_id": format!("c{i}"), "params": {}})).collect();
         assert!(
-            plan_requests(&body(Value::Array(many)), 2)
-                .unwrap_err()
-                .message
-                .contains("at most 2 items")
+            plan(&body(Value::Array(many)), 2).unwrap_err().message.contains("at most 2 items")
         );
     }
 }

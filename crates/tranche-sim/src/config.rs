@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +44,12 @@ pub struct SimConfig {
     pub azure: AzureConfig,
     /// Anthropic limits.
     pub anthropic: AnthropicConfig,
+    /// The folder in which the simulator makes its spool folder (a fresh temporary directory
+    /// holding file contents, batch lines and results, and the ledger, removed when the
+    /// simulator is dropped). Default: the system's temporary directory. Read once at spawn;
+    /// changing it at run time has no effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spool_dir: Option<PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -58,6 +65,7 @@ impl Default for SimConfig {
             openai: OpenAiConfig::default(),
             azure: AzureConfig::default(),
             anthropic: AnthropicConfig::default(),
+            spool_dir: None,
         }
     }
 }
@@ -79,6 +87,7 @@ impl fmt::Debug for SimConfig {
             .field("openai", &self.openai)
             .field("azure", &self.azure)
             .field("anthropic", &self.anthropic)
+            .field("spool_dir", &self.spool_dir)
             .finish()
     }
 }

@@ -3,14 +3,13 @@
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::config::SimConfig;
-use crate::openai::ApiError;
+use crate::openai::{ApiError, stream_body};
 use crate::state::{Sim, lock};
 
 pub(crate) fn router() -> Router<AppState> {
@@ -32,15 +31,14 @@ async fn stats(State(state): State<AppState>) -> Response {
     axum::Json(stats).into_response()
 }
 
+/// The ledger as JSONL, streamed from its file on disk.
 async fn ledger(State(state): State<AppState>) -> Response {
-    let entries = lock(&state.sim).ledger();
-    let mut body = Vec::new();
-    for entry in &entries {
-        if serde_json::to_writer(&mut body, entry).is_ok() {
-            body.push(b'\n');
-        }
-    }
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+    let body = lock(&state.sim).ledger_body();
+    let res = match body {
+        Ok(body) => stream_body(body, "application/x-ndjson").await,
+        Err(e) => Err(ApiError::internal(format!("cannot read the ledger: {e}"))),
+    };
+    res.unwrap_or_else(IntoResponse::into_response)
 }
 
 fn clock_json(sim: &Sim) -> Value {

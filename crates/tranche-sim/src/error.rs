@@ -23,4 +23,7 @@ pub enum SimError {
     /// A configuration value is out of range.
     #[error("invalid simulator config: {0}")]
     InvalidConfig(String),
+    /// The spool folder (where the simulator keeps file contents) could not be created.
+    #[error("cannot create the simulator's spool folder: {0}")]
+    Spool(#[source] std::io::Error),
 }

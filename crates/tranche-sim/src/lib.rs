@@ -24,11 +24,16 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Its memory does not grow with file sizes or line counts: file contents, each batch's lines and
+//! results, and the ledger live on disk in a spool folder of its own (a temporary directory,
+//! removed when the simulator is dropped; see [`SimConfig::spool_dir`]). Uploads are streamed to
+//! it and downloads are streamed from it.
+//!
 //! Modules: `clock` (virtual time), `config` (run-time settings), `state` (provider-neutral store
-//! and batch life cycle), `validate` (JSONL input checks), `model` and `schema` (the deterministic
-//! fake model), `openai` (OpenAI and Azure routes and wire shapes), `anthropic` (Message Batches),
-//! `faults` (HTTP fault injection), `time` (wire timestamps), `control` (`/sim`), `stats`
-//! (counters, ledger).
+//! and batch life cycle), `spool` (the on-disk storage), `shuffle` (the order lines run in),
+//! `validate` (JSONL input checks), `model` and `schema` (the deterministic fake model), `openai`
+//! (OpenAI and Azure routes and wire shapes), `anthropic` (Message Batches), `faults` (HTTP fault
+//! injection), `time` (wire timestamps), `control` (`/sim`), `stats` (counters, ledger).
 
 mod anthropic;
 mod clock;
@@ -39,15 +44,20 @@ mod faults;
 mod model;
 mod openai;
 mod schema;
+mod shuffle;
+mod spool;
 mod state;
 mod stats;
 mod time;
 mod validate;
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
+use axum::body::{Body, BodyDataStream, Bytes};
+use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -82,25 +92,65 @@ fn app(state: AppState) -> Router {
 }
 
 /// The most request body the simulator reads before answering.
-const MAX_REQUEST_BYTES: usize = 1 << 30;
+const MAX_REQUEST_BYTES: u64 = 1 << 30;
 
-/// Reads every request body whole before any route looks at it. A real API reads the upload
-/// before it answers 401 or 400; answering early and closing the connection would show a
-/// client a broken pipe (a transport error) instead of the error body the provider sends.
+/// A request body shared by the route, which reads what it needs, and [`read_body_first`], which
+/// reads and drops the rest afterwards.
+struct BodyTap {
+    stream: BodyDataStream,
+    read: u64,
+    over_limit: bool,
+    ended: bool,
+}
+
+impl BodyTap {
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, axum::Error>> {
+        if self.ended {
+            return None;
+        }
+        let item = self.stream.next().await;
+        match &item {
+            Some(Ok(chunk)) => {
+                self.read += u64::try_from(chunk.len()).unwrap_or(u64::MAX);
+                if self.read > MAX_REQUEST_BYTES {
+                    self.over_limit = true;
+                    self.ended = true;
+                    return Some(Err(axum::Error::new("request body too large")));
+                }
+            }
+            Some(Err(_)) | None => self.ended = true,
+        }
+        item
+    }
+}
+
+/// Makes sure every request body has been read to its end before the answer goes out. A real
+/// API reads the upload before it answers 401 or 400; answering early and closing the connection
+/// would show a client a broken pipe (a transport error) instead of the error body the provider
+/// sends. The body is not held in memory: the route streams what it needs (an upload goes to
+/// disk), and whatever it left is read and dropped here before its answer is sent.
 async fn read_body_first(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
+    let too_large =
+        || (axum::http::StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response();
     let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
-        Ok(bytes) => {
-            next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await
-        }
-        Err(_) => {
-            (axum::http::StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response()
-        }
-    }
+    let tap = Arc::new(tokio::sync::Mutex::new(BodyTap {
+        stream: body.into_data_stream(),
+        read: 0,
+        over_limit: false,
+        ended: false,
+    }));
+    let shared = futures::stream::unfold(tap.clone(), |tap| async move {
+        let item = tap.lock().await.next_chunk().await;
+        item.map(|chunk| (chunk, tap))
+    });
+    let res = next.run(axum::extract::Request::from_parts(parts, Body::from_stream(shared))).await;
+    let mut rest = tap.lock().await;
+    while let Some(Ok(_)) = rest.next_chunk().await {}
+    if rest.over_limit { too_large() } else { res }
 }
 
 /// Starts simulators.
@@ -119,7 +169,9 @@ impl Simulator {
         let listener =
             TcpListener::bind(addr).await.map_err(|source| SimError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| SimError::Bind { addr, source })?;
-        let sim: SharedSim = Arc::new(Mutex::new(Sim::new(config)));
+        let sim = Sim::new(config).map_err(SimError::Spool)?;
+        let spool_dir = sim.spool.path().to_path_buf();
+        let sim: SharedSim = Arc::new(Mutex::new(sim));
         let router = app(AppState { sim: sim.clone(), addr: local });
         let (shutdown, signal) = oneshot::channel::<()>();
         let server = axum::serve(listener, router).with_graceful_shutdown(async move {
@@ -127,8 +179,8 @@ impl Simulator {
             signal.await.ok();
         });
         let join = tokio::spawn(async move { server.await });
-        tracing::info!(addr = %local, "tranche simulator listening");
-        Ok(SimHandle { addr: local, sim, shutdown, join })
+        tracing::info!(addr = %local, spool = %spool_dir.display(), "tranche simulator listening");
+        Ok(SimHandle { addr: local, sim, spool_dir, shutdown, join })
     }
 }
 
@@ -137,6 +189,7 @@ impl Simulator {
 pub struct SimHandle {
     addr: SocketAddr,
     sim: SharedSim,
+    spool_dir: PathBuf,
     shutdown: oneshot::Sender<()>,
     join: JoinHandle<std::io::Result<()>>,
 }
@@ -145,6 +198,12 @@ impl SimHandle {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The simulator's spool folder: where it keeps file contents, batch lines and results, and
+    /// the ledger (removed when the simulator is dropped).
+    pub fn spool_dir(&self) -> &std::path::Path {
+        &self.spool_dir
     }
 
     /// `http://127.0.0.1:PORT`.

@@ -5,24 +5,25 @@
 //! names, limits, and Azure's legacy wire quirks.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
+use axum::extract::multipart::Field;
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use bytes::BytesMut;
 use serde_json::{Map, Value, json};
+use tokio::io::AsyncWriteExt;
 
 use crate::AppState;
 use crate::clock::secs;
 use crate::config::{LineFaultKind, SimConfig};
 use crate::faults;
 use crate::model::{self, ModelOutput, ModelRejection, RunContext};
+use crate::spool::{FileBody, Spool};
 use crate::state::{
     self, BatchRecord, BatchStatus, DEFAULT_FILE_EXPIRY_SECONDS, Dialect, FileRecord, LineKind,
     LineResult, NewBatch, Provider, Sink, StoreError, lock, new_id, new_uuid_id,
@@ -86,8 +87,8 @@ const AZURE_V1_VERSIONS: [&str; 3] = ["preview", "latest", "v1"];
 /// Azure's answer to a missing or wrong key.
 const AZURE_ACCESS_DENIED: &str = "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource.";
 
-/// Stream file content in pieces of this size.
-const CONTENT_CHUNK: usize = 64 * 1024;
+/// Buffer of the writer an upload is streamed to disk through.
+const UPLOAD_BUFFER: usize = 64 * 1024;
 
 /// The OpenAI routes under `/v1` and the Azure routes under `/openai/v1` and `/openai`.
 pub(crate) fn router(state: AppState) -> Router<AppState> {
@@ -175,7 +176,7 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
     }
 
-    fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
@@ -474,6 +475,41 @@ fn multipart_error(e: impl std::fmt::Display) -> ApiError {
     ApiError::invalid(format!("Could not parse multipart form: {e}"))
 }
 
+fn spool_error(e: &std::io::Error) -> ApiError {
+    ApiError::internal(format!("The simulator could not store the file: {e}"))
+}
+
+/// Streams an uploaded file part to a new spool file; `None` when it is larger than `max_bytes`
+/// (the part is still read to its end, so the client gets the answer, not a reset).
+async fn spool_upload(
+    field: &mut Field<'_>,
+    spool: &Spool,
+    max_bytes: u64,
+) -> Result<Option<FileBody>, ApiError> {
+    let file = spool.file("upload");
+    let created = tokio::fs::File::create(file.path()).await.map_err(|e| spool_error(&e))?;
+    let mut out = tokio::io::BufWriter::with_capacity(UPLOAD_BUFFER, created);
+    let mut size = 0u64;
+    let mut too_large = false;
+    while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+        if too_large {
+            continue;
+        }
+        size += u64::try_from(chunk.len()).unwrap_or(u64::MAX);
+        if size > max_bytes {
+            too_large = true;
+            continue;
+        }
+        out.write_all(&chunk).await.map_err(|e| spool_error(&e))?;
+    }
+    if too_large {
+        return Ok(None);
+    }
+    out.flush().await.map_err(|e| spool_error(&e))?;
+    drop(out);
+    Ok(Some(FileBody::whole(file, size)))
+}
+
 async fn upload_file(
     Extension(surface): Extension<Surface>,
     State(state): State<AppState>,
@@ -487,14 +523,13 @@ async fn upload_file_inner(
     state: AppState,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let (max_bytes, bounds) = {
+    let (max_bytes, bounds, spool) = {
         let sim = lock(&state.sim);
-        (sim.config.max_file_bytes, expiry_bounds(surface, &sim.config))
+        (sim.config.max_file_bytes, expiry_bounds(surface, &sim.config), sim.spool.clone())
     };
-    let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
     let mut multipart = Multipart::from_request(req, &state).await.map_err(multipart_error)?;
 
-    let mut content: Option<Bytes> = None;
+    let mut content: Option<FileBody> = None;
     let mut filename = None;
     let mut too_large = false;
     let mut purpose = None;
@@ -506,17 +541,13 @@ async fn upload_file_inner(
         match name.as_str() {
             "file" => {
                 filename = Some(field.file_name().unwrap_or("upload").to_owned());
-                let mut buf = BytesMut::new();
-                // Read to the end even when too large, so the client gets the answer, not a reset.
-                while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
-                    if too_large || buf.len() + chunk.len() > max_bytes {
+                match spool_upload(&mut field, &spool, max_bytes).await? {
+                    Some(body) => content = Some(body),
+                    None => {
                         too_large = true;
-                        buf = BytesMut::new();
-                        continue;
+                        content = Some(FileBody::default());
                     }
-                    buf.extend_from_slice(&chunk);
                 }
-                content = Some(buf.freeze());
             }
             "purpose" => purpose = Some(field.text().await.map_err(multipart_error)?),
             // The SDK's bracket form and the dotted form of Azure's curl examples.
@@ -680,17 +711,20 @@ async fn file_content(
     let Some(file) = lock(&state.sim).file(surface.provider(), &file_id) else {
         return ApiError::no_such_file(&file_id).render(surface);
     };
-    respond(surface, stream_bytes(file.content, "application/octet-stream"))
+    respond(surface, stream_body(file.content, "application/octet-stream").await)
 }
 
-/// A response streaming `content` in zero-copy slices.
-pub(crate) fn stream_bytes(content: Bytes, content_type: &str) -> Result<Response, ApiError> {
+/// A response streaming `content` from its spool file, with its `Content-Length`.
+pub(crate) async fn stream_body(
+    content: FileBody,
+    content_type: &str,
+) -> Result<Response, ApiError> {
     let len = content.len();
-    let chunks = (0..len.div_ceil(CONTENT_CHUNK)).map(move |i| {
-        let start = i * CONTENT_CHUNK;
-        Ok::<_, Infallible>(content.slice(start..(start + CONTENT_CHUNK).min(len)))
-    });
-    let body = Body::from_stream(futures::stream::iter(chunks));
+    let stream = content
+        .stream()
+        .await
+        .map_err(|e| ApiError::internal(format!("The simulator could not read the file: {e}")))?;
+    let body = Body::from_stream(stream);
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, content_type)
@@ -953,12 +987,10 @@ impl Dialect for OpenAiDialect {
     fn execute(
         &self,
         endpoint: &str,
-        raw: &[u8],
+        mut request: Value,
         ctx: &mut RunContext<'_>,
     ) -> Result<ModelOutput, ModelRejection> {
-        let body = crate::validate::parse_line(raw)
-            .and_then(|mut v| v.get_mut("body").map(Value::take))
-            .unwrap_or(Value::Null);
+        let body = request.get_mut("body").map(Value::take).unwrap_or(Value::Null);
         let mut out = model::run(endpoint, &body, ctx)?;
         if self.surface_provider == Provider::Azure
             && out.body.get("object").and_then(Value::as_str) == Some("chat.completion")
@@ -1126,11 +1158,14 @@ async fn create_batch_inner(
         }
     };
     let ep = endpoint.clone();
-    // Validation of a large file is CPU work: keep it off the async workers and out of the lock.
-    let (mut verdict, order) =
-        tokio::task::spawn_blocking(move || state::plan_batch(&input, &ep, &rules))
-            .await
-            .map_err(|e| ApiError::internal(format!("batch validation failed: {e}")))?;
+    // Validation reads the whole file from disk: keep it off the async workers and out of the
+    // lock.
+    let worker = lock(&state.sim).worker.clone();
+    let mut verdict = worker
+        .run(move || state::plan_batch(&input, &ep, &rules))
+        .await
+        .ok_or_else(|| ApiError::internal("batch validation failed"))?
+        .map_err(|e| ApiError::internal(format!("batch validation failed: {e}")))?;
     if completion_window != "24h" {
         verdict = Err(vec![BatchError {
             code: "invalid_request",
@@ -1178,7 +1213,7 @@ async fn create_batch_inner(
         output_expires_seconds,
     };
     let quirks = surface == Surface::AzureLegacy && config.azure.legacy_quirks;
-    let batch = sim.insert_batch(new, verdict, order);
+    let batch = sim.insert_batch(new, verdict);
     Ok(axum::Json(batch_json(batch, quirks)))
 }
 

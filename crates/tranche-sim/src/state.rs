@@ -6,23 +6,27 @@
 //! at `requests_per_second`, and output/error files (or, for Anthropic, the inline results) appear
 //! when the batch ends. Wire shapes are not decided here: each batch carries a [`Dialect`] that runs
 //! its lines and renders their results.
+//!
+//! Nothing here holds file bytes or per-line data in memory: file contents, each batch's line
+//! index and result lines, and the ledger are in the [`Spool`]; a batch runs its lines in a keyed
+//! order computed position by position (`shuffle`), reading each line from disk when it runs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bytes::Bytes;
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::clock::{Clock, secs};
 use crate::config::{LineFaultKind, SimConfig};
 use crate::model::{self, Corruption, ModelOutput, ModelRejection, PromptCache, RunContext};
+use crate::spool::{
+    FileBody, IndexWriter, LedgerLog, LineReader, ResultSink, Spool, SpoolWorker, SpooledLines,
+};
 use crate::stats::{ByProvider, LedgerEntry, LedgerOutcome, SimStats};
-use crate::validate::{self, BatchError, PlannedLine, ValidInput};
+use crate::validate::{self, BatchError, CustomIdOnly, ValidInput};
 
 /// How long a batch may run: the only `completion_window` there is, `24h`.
 pub(crate) const COMPLETION_WINDOW_SECONDS: i64 = 86_400;
@@ -79,14 +83,15 @@ pub(crate) struct FileRecord {
     pub filename: String,
     pub created_at: i64,
     pub expires_at: Option<i64>,
-    pub content: Bytes,
+    /// The bytes, on disk in the spool.
+    pub content: FileBody,
     /// Creation order; list order and pagination cursors use it.
     pub seq: u64,
 }
 
 impl FileRecord {
     pub(crate) fn bytes(&self) -> u64 {
-        u64::try_from(self.content.len()).unwrap_or(u64::MAX)
+        self.content.len()
     }
 
     fn live_at(&self, now: i64) -> bool {
@@ -264,16 +269,14 @@ pub(crate) trait Dialect: Send + Sync + fmt::Debug {
     /// One result line, without the trailing newline, and the file it belongs in.
     fn render(&self, line: &LineResult<'_>) -> (Sink, Vec<u8>);
 
-    /// Runs one planned line (`raw` as planned at create) against the model.
+    /// Runs one line (`request`: the parsed line as planned at create) against the model.
     fn execute(
         &self,
         endpoint: &str,
-        raw: &[u8],
+        mut request: Value,
         ctx: &mut RunContext<'_>,
     ) -> Result<ModelOutput, ModelRejection> {
-        let body = validate::parse_line(raw)
-            .and_then(|mut v| v.get_mut("body").map(Value::take))
-            .unwrap_or(Value::Null);
+        let body = request.get_mut("body").map(Value::take).unwrap_or(Value::Null);
         model::run(endpoint, &body, ctx)
     }
 
@@ -348,7 +351,7 @@ pub(crate) struct BatchRecord {
     pub output_file_id: Option<String>,
     pub error_file_id: Option<String>,
     /// Inline results (Anthropic), once the batch has ended.
-    pub results: Option<Bytes>,
+    pub results: Option<FileBody>,
     /// Requests in the batch as submitted (Anthropic's `request_counts.processing`).
     pub declared_total: u64,
     /// The model and estimated prompt tokens this batch holds against an enqueued-token limit
@@ -357,23 +360,28 @@ pub(crate) struct BatchRecord {
     pub enqueued_tokens: u64,
     /// The validation verdict, decided at create and revealed when `validating` ends.
     verdict: Option<Result<ValidInput, Vec<BatchError>>>,
-    /// The lines once validation passed; emptied when the batch ends.
-    lines: Vec<PlannedLine>,
-    /// Indices into `lines` in the (shuffled) order they run.
-    order: Vec<u32>,
-    /// How many of `order` have run.
-    done: usize,
+    /// The lines (on disk, with their run order) once validation passed; dropped when the batch
+    /// ends.
+    lines: Option<SpooledLines>,
+    /// How many lines have run (positions `0..done` of the run order).
+    done: u64,
     /// Progress anchor: `anchor_done` lines had run at virtual time `anchor_t`.
     anchor_t: f64,
-    anchor_done: usize,
-    /// Rendered result lines with the input index they belong to, in the order they were written.
-    out_lines: Vec<(u32, Vec<u8>)>,
-    err_lines: Vec<(u32, Vec<u8>)>,
+    anchor_done: u64,
+    /// Rendered result lines bound for the output and error files (or the inline results), in
+    /// the order they were written.
+    out: ResultSink,
+    err: ResultSink,
 }
 
 impl BatchRecord {
     pub(crate) fn provider(&self) -> Provider {
         self.dialect.provider()
+    }
+
+    /// Lines of the validated input (0 before validation has passed).
+    fn total(&self) -> u64 {
+        self.lines.as_ref().map_or(0, SpooledLines::count)
     }
 }
 
@@ -403,8 +411,9 @@ pub(crate) enum StoreError {
 /// Input of a new batch read out of the store, to be validated outside the lock.
 #[derive(Debug)]
 pub(crate) struct BatchInput {
-    pub content: Bytes,
+    pub content: FileBody,
     pub seed: u64,
+    pub spool: Arc<Spool>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -422,9 +431,16 @@ pub(crate) struct Sim {
     /// Batches not yet terminal.
     active: BTreeSet<u64>,
     counters: ByProvider,
-    ledger: Vec<LedgerEntry>,
-    /// How many times each (provider, custom_id) has run; retryable faults are drawn per attempt.
-    attempts: HashMap<(Provider, String), u32>,
+    /// Where file contents, batch lines and results live.
+    pub spool: Arc<Spool>,
+    /// The thread that validates batch inputs.
+    pub worker: Arc<SpoolWorker>,
+    /// Every line run so far, on disk.
+    ledger: LedgerLog,
+    /// How many times each (provider, custom_id) has run; non-sticky line faults are drawn per
+    /// attempt. Kept only while the config has such faults (otherwise attempts do not matter),
+    /// and rebuilt from the ledger (one entry per run) when they appear.
+    attempts: Option<HashMap<(Provider, String), u32>>,
     /// Prompt prefixes seen so far, for cached-token counts.
     prompt_cache: PromptCache,
     /// How many requests each HTTP fault (by position) has been drawn for.
@@ -439,26 +455,65 @@ pub(crate) fn lock(sim: &Mutex<Sim>) -> MutexGuard<'_, Sim> {
     sim.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Sim {
-    pub(crate) fn new(config: SimConfig) -> Self {
-        Self::with_clock(Clock::new(config.speed), config)
-    }
+/// Whether a config has line faults drawn afresh per attempt (then attempts are counted).
+fn counts_attempts(config: &SimConfig) -> bool {
+    config.line_faults.iter().any(|f| !f.kind.sticky())
+}
 
-    pub(crate) fn with_clock(clock: Clock, config: SimConfig) -> Self {
-        Self {
+impl Sim {
+    /// A simulator with its spool folder in `config.spool_dir` (or the system's temporary
+    /// directory).
+    pub(crate) fn new(config: SimConfig) -> io::Result<Self> {
+        let spool = Spool::new(config.spool_dir.as_deref())?;
+        let ledger = LedgerLog::new(&spool)?;
+        let mut sim = Self {
+            clock: Clock::new(config.speed),
             config,
-            clock,
             files: Files::default(),
             batches: BTreeMap::new(),
             batch_seq_of: HashMap::new(),
             next_batch_seq: 0,
             active: BTreeSet::new(),
             counters: ByProvider::default(),
-            ledger: Vec::new(),
-            attempts: HashMap::new(),
+            spool: Arc::new(spool),
+            worker: Arc::new(SpoolWorker::start()?),
+            ledger,
+            attempts: None,
             prompt_cache: PromptCache::default(),
             fault_draws: Vec::new(),
+        };
+        sim.track_attempts();
+        Ok(sim)
+    }
+
+    /// Starts or stops counting attempts as the config needs; a fresh count is rebuilt from the
+    /// ledger.
+    fn track_attempts(&mut self) {
+        if !counts_attempts(&self.config) {
+            self.attempts = None;
+            return;
         }
+        if self.attempts.is_some() {
+            return;
+        }
+        let mut attempts = HashMap::new();
+        let read = self.ledger.for_each(|entry| {
+            if let Some(provider) = Provider::parse(&entry.provider) {
+                *attempts.entry((provider, entry.custom_id)).or_insert(0u32) += 1;
+            }
+        });
+        if let Err(e) = read {
+            tracing::warn!(error = %e, "cannot read the ledger back; attempts are counted from now");
+        }
+        self.attempts = Some(attempts);
+    }
+
+    /// Bytes of result lines and write buffers the batches hold in memory right now (file
+    /// contents and lines are never in memory; this is at most a line and a buffer per sink of
+    /// a batch that is being stepped).
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.batches.values().map(|b| b.out.held_bytes() + b.err.held_bytes()).sum()
     }
 
     /// Brings every batch and file up to the current virtual time; returns that time.
@@ -471,6 +526,7 @@ impl Sim {
             };
             let mut fx = Effects {
                 config: &self.config,
+                spool: &self.spool,
                 files: &mut self.files,
                 counters: &mut self.counters,
                 ledger: &mut self.ledger,
@@ -491,6 +547,7 @@ impl Sim {
         let now = self.sync();
         self.clock.set_speed(config.speed);
         self.config = config;
+        self.track_attempts();
         self.fault_draws.clear();
         for seq in &self.active {
             if let Some(b) = self.batches.get_mut(seq) {
@@ -509,9 +566,20 @@ impl Sim {
         SimStats::from_split(split)
     }
 
+    /// Every entry of the ledger (read back from disk).
     pub(crate) fn ledger(&mut self) -> Vec<LedgerEntry> {
         self.sync();
-        self.ledger.clone()
+        let mut entries = Vec::new();
+        if let Err(e) = self.ledger.for_each(|entry| entries.push(entry)) {
+            tracing::warn!(error = %e, "cannot read the ledger back");
+        }
+        entries
+    }
+
+    /// The ledger as JSONL, up to now.
+    pub(crate) fn ledger_body(&mut self) -> io::Result<FileBody> {
+        self.sync();
+        self.ledger.snapshot()
     }
 
     /// Draws whether the HTTP fault at `index` (of `config.faults`) hits this request: seeded by the
@@ -538,7 +606,7 @@ impl Sim {
         provider: Provider,
         purpose: String,
         filename: String,
-        content: Bytes,
+        content: FileBody,
         expires_after: Option<i64>,
     ) -> FileRecord {
         let now = secs(self.sync());
@@ -588,7 +656,11 @@ impl Sim {
         if file.purpose != "batch" {
             return Err(StoreError::WrongPurpose(file.purpose.clone()));
         }
-        Ok(BatchInput { content: file.content.clone(), seed: self.config.seed })
+        Ok(BatchInput {
+            content: file.content.clone(),
+            seed: self.config.seed,
+            spool: self.spool.clone(),
+        })
     }
 
     /// Second half of a create: records the batch, `validating`, with its verdict decided.
@@ -596,7 +668,6 @@ impl Sim {
         &mut self,
         new: NewBatch,
         verdict: Result<ValidInput, Vec<BatchError>>,
-        order: Vec<u32>,
     ) -> &BatchRecord {
         let now = self.sync();
         let provider = new.dialect.provider();
@@ -605,11 +676,7 @@ impl Sim {
         let seq = self.next_batch_seq;
         let id = new.dialect.new_batch_id();
         let (queue_model, enqueued_tokens, declared_total) = match &verdict {
-            Ok(valid) => (
-                valid.model.clone(),
-                valid.estimated_tokens,
-                u64::try_from(valid.lines.len()).unwrap_or(u64::MAX),
-            ),
+            Ok(valid) => (valid.model.clone(), valid.estimated_tokens, valid.lines.count()),
             Err(_) => (None, 0, 0),
         };
         let record = BatchRecord {
@@ -642,13 +709,12 @@ impl Sim {
             queue_model,
             enqueued_tokens,
             verdict: Some(verdict),
-            lines: Vec::new(),
-            order,
+            lines: None,
             done: 0,
             anchor_t: now,
             anchor_done: 0,
-            out_lines: Vec::new(),
-            err_lines: Vec::new(),
+            out: ResultSink::default(),
+            err: ResultSink::default(),
         };
         self.batch_seq_of.insert(id, seq);
         self.active.insert(seq);
@@ -779,39 +845,32 @@ impl Sim {
     }
 }
 
-/// Validates and orders a batch input outside the lock.
+/// Validates a batch input outside the lock, reading it once from disk and writing the index of
+/// its runnable lines to the spool. `Err` only for an I/O failure of the spool itself.
 pub(crate) fn plan_batch(
     input: &BatchInput,
     endpoint: &str,
     rules: &validate::Rules,
-) -> (Result<ValidInput, Vec<BatchError>>, Vec<u32>) {
-    let verdict = validate::validate(&input.content, endpoint, rules);
-    let order = match &verdict {
-        Ok(valid) => shuffled_order(&valid.lines, input.seed),
-        Err(_) => Vec::new(),
-    };
-    (verdict, order)
-}
-
-/// A seeded permutation of the lines that is never the identity for two or more lines.
-pub(crate) fn shuffled_order(lines: &[PlannedLine], seed: u64) -> Vec<u32> {
-    let n = u32::try_from(lines.len()).unwrap_or(u32::MAX);
-    let mut order: Vec<u32> = (0..n).collect();
-    let mut h = Sha256::new();
-    h.update(seed.to_le_bytes());
-    for l in lines {
-        h.update(l.custom_id.as_bytes());
-        h.update([0]);
-    }
-    let digest = h.finalize();
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&digest[..8]);
-    let mut rng = StdRng::seed_from_u64(u64::from_le_bytes(word));
-    order.shuffle(&mut rng);
-    if order.len() >= 2 && order.windows(2).all(|w| w[0] < w[1]) {
-        order.rotate_left(1);
-    }
-    order
+) -> io::Result<Result<ValidInput, Vec<BatchError>>> {
+    let mut index = IndexWriter::new(&input.spool, input.seed)?;
+    // Index entries point into the spool file, where the content may start past its beginning.
+    let base = input.content.offset();
+    let verdict = validate::validate(
+        input.content.reader()?,
+        input.content.len(),
+        endpoint,
+        rules,
+        |start, len| input.content.read_span(start, len),
+        |start, len, custom_id| index.push(base + start, len, custom_id),
+    )?;
+    Ok(match verdict {
+        Ok(checked) => Ok(ValidInput {
+            lines: index.finish(input.content.clone())?,
+            model: checked.model,
+            estimated_tokens: checked.estimated_tokens,
+        }),
+        Err(errors) => Err(errors),
+    })
 }
 
 /// A uniform number in [0, 1) from a hash of the given parts.
@@ -834,11 +893,17 @@ fn unit_hash(parts: &[&[u8]]) -> f64 {
 /// The parts of the state a batch step may touch besides the batch itself.
 struct Effects<'a> {
     config: &'a SimConfig,
+    spool: &'a Spool,
     files: &'a mut Files,
     counters: &'a mut ByProvider,
-    ledger: &'a mut Vec<LedgerEntry>,
-    attempts: &'a mut HashMap<(Provider, String), u32>,
+    ledger: &'a mut LedgerLog,
+    attempts: &'a mut Option<HashMap<(Provider, String), u32>>,
     cache: &'a mut PromptCache,
+}
+
+/// Logs a failed read or write of the spool (the simulator's own disk, not a client's error).
+fn spool_trouble(batch_id: &str, what: &str, e: &io::Error) {
+    tracing::warn!(batch = batch_id, error = %e, "spool I/O failed: {what}");
 }
 
 /// Moves one batch forward to virtual time `t`, phase by phase.
@@ -858,9 +923,9 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
                 }
                 match b.verdict.take() {
                     Some(Ok(valid)) => {
-                        b.request_counts.total = u64::try_from(valid.lines.len()).unwrap_or(0);
+                        b.request_counts.total = valid.lines.count();
                         b.model = valid.model;
-                        b.lines = valid.lines;
+                        b.lines = Some(valid.lines);
                         b.status = BatchStatus::InProgress;
                         b.in_progress_at = Some(end);
                         b.anchor_t = end;
@@ -870,7 +935,6 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
                         b.errors = Some(errors);
                         b.status = BatchStatus::Failed;
                         b.failed_at = Some(end);
-                        b.order.clear();
                         return;
                     }
                     None => {
@@ -882,7 +946,7 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
                 }
             }
             BatchStatus::InProgress => {
-                let total = b.order.len();
+                let total = b.total();
                 let rps = p.requests_per_second;
                 let remaining = total.saturating_sub(b.anchor_done);
                 let finish_t = b.anchor_t + remaining as f64 / rps;
@@ -892,12 +956,17 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
                     total
                 } else {
                     let ran = ((horizon - b.anchor_t).max(0.0) * rps).floor();
-                    // Below `remaining`, so it fits a usize.
-                    (b.anchor_done + ran as usize).min(total)
+                    // Below `remaining`, so it fits a u64.
+                    (b.anchor_done + ran as u64).min(total)
                 };
-                while b.done < target {
-                    let ran_at = b.anchor_t + (b.done + 1 - b.anchor_done) as f64 / rps;
-                    run_line(b, ran_at.min(horizon), fx);
+                if b.done < target {
+                    let reader = open_lines(b);
+                    let mut buf = Vec::new();
+                    while b.done < target {
+                        let ran_at = b.anchor_t + (b.done + 1 - b.anchor_done) as f64 / rps;
+                        run_line(b, reader.as_ref(), &mut buf, ran_at.min(horizon), fx);
+                    }
+                    close_sinks(b);
                 }
                 if b.done >= total {
                     b.status = BatchStatus::Finalizing;
@@ -927,7 +996,7 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
                     return;
                 }
                 reveal_verdict(b);
-                settle_unrun(b, false);
+                settle_unrun(b, false, fx);
                 b.status = BatchStatus::Cancelled;
                 b.cancelled_at = Some(end);
                 write_result_files(b, end, fx);
@@ -945,54 +1014,107 @@ fn step(b: &mut BatchRecord, t: f64, fx: &mut Effects<'_>) {
 /// reported as expired or cancelled.
 fn reveal_verdict(b: &mut BatchRecord) {
     if let Some(Ok(valid)) = b.verdict.take() {
-        b.request_counts.total = u64::try_from(valid.lines.len()).unwrap_or(0);
+        b.request_counts.total = valid.lines.count();
         b.model = valid.model;
-        b.lines = valid.lines;
-    }
-    if b.lines.is_empty() {
-        b.order.clear();
+        b.lines = Some(valid.lines);
     }
 }
 
 fn expire(b: &mut BatchRecord, fx: &mut Effects<'_>) {
     let at = b.expires_at;
-    settle_unrun(b, true);
+    settle_unrun(b, true, fx);
     b.status = BatchStatus::Expired;
     b.expired_at = Some(at);
     write_result_files(b, at, fx);
 }
 
+/// Opens the batch's lines for reading (None, logged, if that fails: its lines are then skipped).
+fn open_lines(b: &BatchRecord) -> Option<LineReader> {
+    let lines = b.lines.as_ref()?;
+    match lines.reader() {
+        Ok(reader) => Some(reader),
+        Err(e) => {
+            spool_trouble(&b.id, "opening the batch's lines", &e);
+            None
+        }
+    }
+}
+
+/// Flushes the result writers at the end of a run of lines.
+fn close_sinks(b: &mut BatchRecord) {
+    for result in [b.out.close(), b.err.close()] {
+        if let Err(e) = result {
+            spool_trouble(&b.id, "writing result lines", &e);
+        }
+    }
+}
+
+/// Reads line `idx` into `buf` (None, logged, if it cannot be read).
+fn read_line<'b>(
+    batch_id: &str,
+    reader: Option<&LineReader>,
+    idx: u64,
+    buf: &'b mut Vec<u8>,
+) -> Option<&'b [u8]> {
+    let reader = reader?;
+    match reader.read(idx, buf) {
+        Ok(()) => Some(buf.as_slice()),
+        Err(e) => {
+            spool_trouble(batch_id, "reading a line", &e);
+            None
+        }
+    }
+}
+
 /// Renders every line that has not run as expired or cancelled.
-fn settle_unrun(b: &mut BatchRecord, expired: bool) {
-    let pending: Vec<u32> = b.order.get(b.done..).unwrap_or_default().to_vec();
-    let n = u64::try_from(pending.len()).unwrap_or(u64::MAX);
+fn settle_unrun(b: &mut BatchRecord, expired: bool, fx: &mut Effects<'_>) {
+    let total = b.total();
+    let n = total.saturating_sub(b.done);
     if expired {
         b.request_counts.expired += n;
     } else {
         b.request_counts.cancelled += n;
     }
-    for idx in pending {
-        let Some(line) = b.lines.get(idx as usize) else {
+    if n == 0 {
+        return;
+    }
+    let reader = open_lines(b);
+    let mut buf = Vec::new();
+    while b.done < total {
+        let Some(idx) = b.lines.as_ref().map(|l| l.order().at(b.done)) else {
+            break;
+        };
+        b.done += 1;
+        let Some(raw) = read_line(&b.id, reader.as_ref(), idx, &mut buf) else {
+            continue;
+        };
+        let Ok(CustomIdOnly { custom_id }) = serde_json::from_slice(raw) else {
             continue;
         };
         let line_id = new_id("batch_req_");
         let request_id = new_id("req_");
         let result = LineResult {
-            custom_id: &line.custom_id,
+            custom_id: &custom_id,
             line_id: &line_id,
             request_id: &request_id,
             kind: if expired { LineKind::Expired } else { LineKind::Cancelled },
         };
         let (sink, bytes) = b.dialect.render(&result);
-        push_rendered(b, sink, idx, bytes);
+        push_rendered(b, fx.spool, sink, idx, &bytes);
     }
-    b.done = b.order.len();
+    close_sinks(b);
+    b.done = total;
 }
 
-fn push_rendered(b: &mut BatchRecord, sink: Sink, idx: u32, bytes: Vec<u8>) {
-    match sink {
-        Sink::Output => b.out_lines.push((idx, bytes)),
-        Sink::Error => b.err_lines.push((idx, bytes)),
+/// Appends a rendered line to its sink (inline results keep every line in one).
+fn push_rendered(b: &mut BatchRecord, spool: &Spool, sink: Sink, idx: u64, bytes: &[u8]) {
+    let sink = if b.dialect.inline_results() { Sink::Output } else { sink };
+    let written = match sink {
+        Sink::Output => b.out.push(spool, idx, bytes),
+        Sink::Error => b.err.push(spool, idx, bytes),
+    };
+    if let Err(e) = written {
+        spool_trouble(&b.id, "writing a result line", &e);
     }
 }
 
@@ -1020,19 +1142,42 @@ fn draw_line_fault(
 }
 
 /// Runs the next line in order at virtual time `at`.
-fn run_line(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
-    let Some(&idx) = b.order.get(b.done) else {
+fn run_line(
+    b: &mut BatchRecord,
+    reader: Option<&LineReader>,
+    buf: &mut Vec<u8>,
+    at: f64,
+    fx: &mut Effects<'_>,
+) {
+    let Some(idx) = b.lines.as_ref().map(|l| l.order().at(b.done)) else {
+        b.done = b.total();
         return;
     };
     b.done += 1;
-    let Some(line) = b.lines.get(idx as usize) else {
+    let Some(raw) = read_line(&b.id, reader, idx, buf) else {
+        return;
+    };
+    let Some(mut request) = validate::parse_line(raw) else {
+        spool_trouble(&b.id, "parsing a line", &io::Error::other("not JSON"));
+        return;
+    };
+    let Some(custom_id) = request.get_mut("custom_id").map(Value::take).and_then(|v| match v {
+        Value::String(s) => Some(s),
+        _ => None,
+    }) else {
+        spool_trouble(&b.id, "parsing a line", &io::Error::other("no custom_id"));
         return;
     };
     let provider = b.dialect.provider();
-    let custom_id = line.custom_id.clone();
-    let attempt_key = (provider, custom_id.clone());
-    let attempt = fx.attempts.get(&attempt_key).copied().unwrap_or(0);
-    *fx.attempts.entry(attempt_key).or_insert(0) += 1;
+    let attempt = match fx.attempts {
+        Some(attempts) => {
+            let count = attempts.entry((provider, custom_id.clone())).or_insert(0);
+            *count += 1;
+            *count - 1
+        }
+        // No fault is drawn per attempt: the attempt does not matter.
+        None => 0,
+    };
     let fault = draw_line_fault(fx.config, provider, &custom_id, attempt);
 
     let line_id = new_id("batch_req_");
@@ -1068,7 +1213,7 @@ fn run_line(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
                 scope: provider.as_str(),
                 cache: fx.cache,
             };
-            match b.dialect.execute(&b.endpoint, &line.raw, &mut ctx) {
+            match b.dialect.execute(&b.endpoint, request, &mut ctx) {
                 Ok(out) => {
                     let rendered = b.dialect.render(&result(LineKind::Succeeded(&out.body)));
                     (outcome, Some(out), rendered)
@@ -1094,7 +1239,7 @@ fn run_line(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
     } else {
         b.request_counts.failed += 1;
     }
-    fx.ledger.push(LedgerEntry {
+    let entry = LedgerEntry {
         provider: provider.as_str().to_owned(),
         batch_id: b.id.clone(),
         custom_id,
@@ -1102,49 +1247,47 @@ fn run_line(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
         input_tokens,
         output_tokens,
         cached_tokens,
-    });
+    };
+    if let Err(e) = fx.ledger.append(&entry) {
+        spool_trouble(&b.id, "writing the ledger", &e);
+    }
     let (sink, bytes) = rendered;
-    push_rendered(b, sink, idx, bytes);
+    push_rendered(b, fx.spool, sink, idx, &bytes);
 }
 
-/// Joins rendered lines into a JSONL file body. Output order must never equal input order when
-/// there are two or more lines, whichever subset of lines ended up in this file.
-fn join_lines(mut lines: Vec<(u32, Vec<u8>)>) -> Bytes {
-    if lines.len() >= 2 && lines.windows(2).all(|w| w[0].0 < w[1].0) {
-        lines.rotate_left(1);
+/// The finished file of a sink (empty, logged, if it cannot be finished).
+fn finish_sink(batch_id: &str, sink: &mut ResultSink) -> (FileBody, u64) {
+    let lines = sink.lines();
+    match sink.finish() {
+        Ok(body) => (body, lines),
+        Err(e) => {
+            spool_trouble(batch_id, "finishing a result file", &e);
+            (FileBody::default(), lines)
+        }
     }
-    let size = lines.iter().map(|(_, l)| l.len() + 1).sum();
-    let mut out = Vec::with_capacity(size);
-    for (_, l) in lines {
-        out.extend_from_slice(&l);
-        out.push(b'\n');
-    }
-    Bytes::from(out)
 }
 
 /// Creates the output and error files (each only if it has lines, except an Azure error file) or,
-/// for inline results, keeps them with the batch; frees the batch's lines.
+/// for inline results, keeps them with the batch; drops the batch's lines.
 fn write_result_files(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
     let created_at = secs(at);
     let provider = b.dialect.provider();
-    let out = std::mem::take(&mut b.out_lines);
-    let err = std::mem::take(&mut b.err_lines);
-    b.lines = Vec::new();
-    b.order = Vec::new();
+    b.lines = None;
+    let (out, out_lines) = finish_sink(&b.id, &mut b.out);
+    let (err, err_lines) = finish_sink(&b.id, &mut b.err);
     if b.dialect.inline_results() {
-        let mut all = out;
-        all.extend(err);
-        b.results = Some(join_lines(all));
+        // Every line went to the output sink.
+        b.results = Some(out);
         return;
     }
     // A batch that ran (not one that failed validation) gets an error file even when empty.
     let ran = b.status != BatchStatus::Failed;
     let always_err = ran && b.dialect.always_error_file();
-    for (lines, suffix, slot, always) in [
-        (out, "output", &mut b.output_file_id, false),
-        (err, "error", &mut b.error_file_id, always_err),
+    for (content, lines, suffix, slot, always) in [
+        (out, out_lines, "output", &mut b.output_file_id, false),
+        (err, err_lines, "error", &mut b.error_file_id, always_err),
     ] {
-        if lines.is_empty() && !always {
+        if lines == 0 && !always {
             continue;
         }
         let record = fx.files.insert(FileRecord {
@@ -1154,7 +1297,7 @@ fn write_result_files(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
             filename: format!("{}_{suffix}.jsonl", b.id),
             created_at,
             expires_at: b.output_expires_seconds.map(|s| created_at + s),
-            content: join_lines(lines),
+            content,
             seq: 0,
         });
         *slot = Some(record.id);
@@ -1163,34 +1306,202 @@ fn write_result_files(b: &mut BatchRecord, at: f64, fx: &mut Effects<'_>) {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+
     use super::*;
 
-    fn lines(n: usize) -> Vec<PlannedLine> {
-        (0..n).map(|i| PlannedLine { custom_id: format!("c{i}"), raw: Bytes::new() }).collect()
+    /// A simulator at speed 0 with its spool in a fresh temporary folder.
+    fn sim() -> Sim {
+        Sim::new(SimConfig { speed: 0.0, ..SimConfig::default() }).unwrap()
+    }
+
+    fn chat_line(custom_id: &str, pad: usize) -> String {
+        serde_json::json!({
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "m", "messages": [{"role": "user", "content": "x".repeat(pad)}]},
+        })
+        .to_string()
+    }
+
+    /// Writes `text` to the spool as an uploaded batch input file.
+    fn upload(sim: &mut Sim, text: &str) -> FileRecord {
+        let file = sim.spool.file("test-upload");
+        std::fs::write(file.path(), text).unwrap();
+        let body = FileBody::whole(file, text.len() as u64);
+        sim.upload_file(Provider::OpenAi, "batch".into(), "in.jsonl".into(), body, None)
+    }
+
+    fn rules() -> validate::Rules {
+        validate::Rules::new(100_000, 50_000, usize::MAX)
     }
 
     #[test]
-    fn order_is_a_permutation_and_never_identity() {
-        for n in 2..40 {
+    fn planned_orders_are_permutations_and_never_identity() {
+        let mut sim = sim();
+        for n in 1..40 {
+            let text: String = (0..n).map(|i| chat_line(&format!("c{i}"), 1) + "\n").collect();
+            let file = upload(&mut sim, &text);
             for seed in 0..20 {
-                let order = shuffled_order(&lines(n), seed);
-                let mut sorted = order.clone();
+                let input =
+                    BatchInput { content: file.content.clone(), seed, spool: sim.spool.clone() };
+                let valid = plan_batch(&input, "/v1/chat/completions", &rules()).unwrap().unwrap();
+                let order = valid.lines.order();
+                let run: Vec<u64> = (0..order.len()).map(|k| order.at(k)).collect();
+                let mut sorted = run.clone();
                 sorted.sort_unstable();
-                assert_eq!(sorted, (0..n as u32).collect::<Vec<_>>());
-                assert!(order.windows(2).any(|w| w[0] > w[1]), "n={n} seed={seed}");
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>());
+                if n >= 2 {
+                    assert!(run.windows(2).any(|w| w[0] > w[1]), "n={n} seed={seed}");
+                }
+                // Each position reads back the line it names.
+                let reader = valid.lines.reader().unwrap();
+                let mut buf = Vec::new();
+                reader.read(run[0], &mut buf).unwrap();
+                let line: Value = serde_json::from_slice(&buf).unwrap();
+                assert_eq!(line["custom_id"], format!("c{}", run[0]));
             }
         }
-        assert_eq!(shuffled_order(&lines(1), 3), vec![0]);
-        assert_eq!(shuffled_order(&lines(9), 3), shuffled_order(&lines(9), 3));
+    }
+
+    /// Runs a batch over a multi-megabyte file and checks that the bytes stay on disk: the input,
+    /// its index and the output file have their sizes there, and the state holds no line.
+    #[test]
+    fn batch_data_lives_on_disk_not_in_memory() {
+        let mut sim = sim();
+        let n = 4_000;
+        let text: String = (0..n).map(|i| chat_line(&format!("c{i}"), 1_000) + "\n").collect();
+        assert!(text.len() > 4_000_000);
+        let file = upload(&mut sim, &text);
+        let input_path = file.content.spool_file().unwrap().path().to_path_buf();
+        assert_eq!(std::fs::metadata(&input_path).unwrap().len(), text.len() as u64);
+        let file_id = file.id.clone();
+        drop(file);
+
+        let input = sim.batch_input(Provider::OpenAi, &file_id).unwrap();
+        let verdict = plan_batch(&input, "/v1/chat/completions", &rules()).unwrap();
+        drop(input);
+        let new = NewBatch {
+            dialect: Arc::new(TestDialect),
+            endpoint: "/v1/chat/completions".into(),
+            input_file_id: file_id.clone(),
+            completion_window: "24h".into(),
+            metadata: None,
+            output_expires_seconds: None,
+        };
+        let id = sim.insert_batch(new, verdict).id.clone();
+        // The index: 16 bytes a line, next to the input.
+        let dir = sim.spool.path().to_path_buf();
+        let index_files = || {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("index-"))
+                .map(|e| e.metadata().unwrap().len())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(index_files(), vec![16 * n as u64]);
+
+        // Half the lines run, then the rest.
+        let validating = sim.config.processing.validating_seconds;
+        sim.clock.advance(validating + (n / 2) as f64 / sim.config.processing.requests_per_second);
+        sim.sync();
+        let batch = sim.batch(Provider::OpenAi, &id).unwrap();
+        assert_eq!(batch.status, BatchStatus::InProgress);
+        assert!(batch.done > 0 && batch.done < n as u64, "{} lines ran", batch.done);
+        let held = sim.held_bytes();
+        assert!((2_000..2_400).contains(&held), "one held line a sink, about 1 KB each: {held}");
+        sim.clock.advance(86_000.0);
+        sim.sync();
+        let batch = sim.batch(Provider::OpenAi, &id).unwrap();
+        assert_eq!(batch.status, BatchStatus::Completed);
+        assert!(batch.lines.is_none());
+        let out_id = batch.output_file_id.clone().unwrap();
+        let err_id = batch.error_file_id.clone().unwrap();
+        assert_eq!(sim.held_bytes(), 0);
+        assert!(index_files().is_empty(), "the index goes when the batch ends");
+
+        for (id, sink) in [(&out_id, "output"), (&err_id, "error")] {
+            let record = sim.files.get(id).unwrap().clone();
+            let path = record.content.spool_file().unwrap().path().to_path_buf();
+            let on_disk = std::fs::metadata(&path).unwrap().len();
+            assert!(on_disk >= record.bytes(), "{sink}: {on_disk} < {}", record.bytes());
+            let mut body = Vec::new();
+            record.content.reader().unwrap().read_to_end(&mut body).unwrap();
+            assert_eq!(body.len() as u64, record.bytes());
+            let ids: BTreeSet<String> = body
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(|l| serde_json::from_slice::<Value>(l).unwrap()["custom_id"].to_string())
+                .collect();
+            let expected = if sink == "output" { n - n / 10 } else { n / 10 };
+            assert_eq!(ids.len(), expected, "{sink}");
+        }
+        let ledger = sim.ledger();
+        assert_eq!(ledger.len(), n);
+        assert_eq!(ledger[0].batch_id, id);
+
+        // Deleting the files removes their bytes from disk.
+        let out_path =
+            sim.files.get(&out_id).unwrap().content.spool_file().unwrap().path().to_path_buf();
+        sim.delete_file(Provider::OpenAi, &out_id).unwrap();
+        sim.delete_file(Provider::OpenAi, &file_id).unwrap();
+        assert!(!out_path.exists());
+        assert!(!input_path.exists());
+        drop(sim);
+        assert!(!dir.exists(), "the spool folder goes with the simulator");
+    }
+
+    /// A dialect whose every tenth line fails (custom_id ending in 0), to fill both sinks.
+    #[derive(Debug)]
+    struct TestDialect;
+
+    impl Dialect for TestDialect {
+        fn provider(&self) -> Provider {
+            Provider::OpenAi
+        }
+
+        fn render(&self, line: &LineResult<'_>) -> (Sink, Vec<u8>) {
+            let sink = if line.custom_id.ends_with('0') { Sink::Error } else { Sink::Output };
+            let body = serde_json::json!({"custom_id": line.custom_id, "pad": "y".repeat(1_050)});
+            (sink, body.to_string().into_bytes())
+        }
     }
 
     #[test]
-    fn joined_files_are_never_in_input_order() {
-        let body = join_lines(vec![(1, b"b".to_vec()), (4, b"e".to_vec())]);
-        assert_eq!(&body[..], b"e\nb\n");
-        let body = join_lines(vec![(4, b"e".to_vec()), (1, b"b".to_vec())]);
-        assert_eq!(&body[..], b"e\nb\n");
-        assert_eq!(&join_lines(vec![(0, b"a".to_vec())])[..], b"a\n");
+    fn attempts_are_rebuilt_from_the_ledger_when_faults_need_them() {
+        let mut sim = sim();
+        let text: String = (0..5).map(|i| chat_line(&format!("c{i}"), 1) + "\n").collect();
+        for _ in 0..2 {
+            let file = upload(&mut sim, &text);
+            let input = sim.batch_input(Provider::OpenAi, &file.id).unwrap();
+            let verdict = plan_batch(&input, "/v1/chat/completions", &rules()).unwrap();
+            let new = NewBatch {
+                dialect: Arc::new(TestDialect),
+                endpoint: "/v1/chat/completions".into(),
+                input_file_id: file.id.clone(),
+                completion_window: "24h".into(),
+                metadata: None,
+                output_expires_seconds: None,
+            };
+            sim.insert_batch(new, verdict);
+            sim.clock.advance(1_000.0);
+            sim.sync();
+        }
+        assert!(sim.attempts.is_none(), "no fault drawn per attempt, nothing counted");
+        let mut config = sim.config.clone();
+        config.line_faults.push(crate::config::LineFault {
+            provider: "any".into(),
+            kind: LineFaultKind::Retryable,
+            rate: 0.0,
+        });
+        sim.set_config(config);
+        let attempts = sim.attempts.as_ref().unwrap();
+        assert_eq!(attempts.len(), 5);
+        assert_eq!(attempts.get(&(Provider::OpenAi, "c3".to_owned())), Some(&2));
+        sim.set_config(SimConfig { speed: 0.0, ..SimConfig::default() });
+        assert!(sim.attempts.is_none());
     }
 
     #[test]
@@ -1212,7 +1523,7 @@ mod tests {
                 filename: "x".into(),
                 created_at: 0,
                 expires_at: None,
-                content: Bytes::new(),
+                content: FileBody::default(),
                 seq: 0,
             });
         }

@@ -6,12 +6,15 @@
 //! (Azure deployments). Line numbers are the 1-based physical lines of the file; blank lines are
 //! skipped but still counted.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hasher};
+use std::io::{self, BufRead, BufReader, Read};
 
-use bytes::Bytes;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::model;
+use crate::spool::SpooledLines;
 
 /// Provider rules that validation enforces.
 #[derive(Debug, Clone)]
@@ -54,21 +57,85 @@ pub(crate) fn strip_v1(endpoint: &str) -> &str {
     endpoint.strip_prefix("/v1").filter(|rest| rest.starts_with('/')).unwrap_or(endpoint)
 }
 
-/// One runnable line: its custom_id and the raw line (a zero-copy slice of the input file).
-#[derive(Debug, Clone)]
-pub(crate) struct PlannedLine {
-    pub custom_id: String,
-    pub raw: Bytes,
-}
-
-/// A valid input file.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ValidInput {
-    pub lines: Vec<PlannedLine>,
+/// What validation learns about a valid input file besides its lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Checked {
     /// The single `body.model` of the file, if lines name one.
     pub model: Option<String>,
     /// Estimated prompt tokens of all lines (0 unless [`Rules::count_tokens`]).
     pub estimated_tokens: u64,
+}
+
+/// A valid batch input: its runnable lines (on disk) and what validation learned.
+#[derive(Debug)]
+pub(crate) struct ValidInput {
+    pub lines: SpooledLines,
+    /// The single `body.model` of the file, if lines name one.
+    pub model: Option<String>,
+    /// Estimated prompt tokens of all lines (0 unless [`Rules::count_tokens`]).
+    pub estimated_tokens: u64,
+}
+
+/// Size of the buffer an input file is read through.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// Where a custom_id was first seen: the line number, and the line's bytes in the content.
+#[derive(Debug, Clone, Copy)]
+struct FirstSeen {
+    line_no: u64,
+    start: u64,
+    len: u64,
+}
+
+/// Just the custom_id of a line (the rest is skipped, not built).
+#[derive(Deserialize)]
+pub(crate) struct CustomIdOnly {
+    pub custom_id: String,
+}
+
+/// The custom_ids of one file, for the duplicate check, without keeping the ids: a 64-bit hash of
+/// each id maps to where the id was first seen. A matching hash is confirmed by reading that line
+/// back and comparing the ids, so the check is exact; the rare distinct ids that share a hash go
+/// to a small overflow map. A B-tree rather than a hash table: its small nodes, unlike one large
+/// table, leave no multi-megabyte hole in the allocator once validation is over.
+#[derive(Debug, Default)]
+struct SeenIds {
+    by_hash: BTreeMap<u64, FirstSeen>,
+    overflow: HashMap<String, u64>,
+}
+
+/// A 64-bit hash of a custom_id (SipHash with fixed keys).
+fn id_hash(id: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    hasher.write(id.as_bytes());
+    hasher.finish()
+}
+
+impl SeenIds {
+    /// The line `id` was first seen on, if any; if none, remembers it as seen `here`.
+    /// `read_back(start, len)` returns the bytes of an earlier line.
+    fn first_or_insert(
+        &mut self,
+        id: &str,
+        here: FirstSeen,
+        read_back: &mut impl FnMut(u64, u64) -> io::Result<Vec<u8>>,
+    ) -> io::Result<Option<u64>> {
+        let hash = id_hash(id);
+        let Some(first) = self.by_hash.get(&hash).copied() else {
+            self.by_hash.insert(hash, here);
+            return Ok(None);
+        };
+        let earlier = read_back(first.start, first.len)?;
+        let earlier = serde_json::from_slice::<CustomIdOnly>(&earlier).map_err(io::Error::other)?;
+        if earlier.custom_id == id {
+            return Ok(Some(first.line_no));
+        }
+        if let Some(line_no) = self.overflow.get(id) {
+            return Ok(Some(*line_no));
+        }
+        self.overflow.insert(id.to_owned(), here.line_no);
+        Ok(None)
+    }
 }
 
 /// One entry of a failed batch's `errors.data`.
@@ -104,24 +171,49 @@ pub(crate) fn parse_line(text: &[u8]) -> Option<Value> {
     std::str::from_utf8(text).ok()?.parse().ok()
 }
 
-/// Checks a whole input file against `endpoint` and `limits`.
+/// Reads into `buf` until it is full or the input ends; returns how many bytes were read.
+fn read_up_to(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Checks a whole input file of `size` bytes, read once from `content`, against `endpoint` and
+/// `limits`. Each runnable line is handed to `on_line` as `(start, len, custom_id)`: its bytes
+/// (without the line break) at `start` of the content. `read_back(start, len)` returns such bytes
+/// again (the duplicate check rereads a line when a custom_id's hash was seen before). Memory:
+/// one line, plus about 32 bytes per runnable line (at most [`Rules::max_tasks`] of them) for the
+/// duplicate check.
 pub(crate) fn validate(
-    content: &Bytes,
+    mut content: impl Read,
+    size: u64,
     endpoint: &str,
     limits: &Rules,
-) -> Result<ValidInput, Vec<BatchError>> {
-    if limits.azure && content.starts_with(b"\xEF\xBB\xBF") {
+    mut read_back: impl FnMut(u64, u64) -> io::Result<Vec<u8>>,
+    mut on_line: impl FnMut(u64, u64, &str) -> io::Result<()>,
+) -> io::Result<Result<Checked, Vec<BatchError>>> {
+    let mut head = [0u8; 3];
+    let head_len = read_up_to(&mut content, &mut head)?;
+    let head = &head[..head_len];
+    if limits.azure && head == b"\xEF\xBB\xBF" {
         // Azure's documented answer to a file with a UTF-8 byte-order mark.
-        return Err(vec![BatchError {
+        return Ok(Err(vec![BatchError {
             code: "invalid_request",
             message: "Validation failed: A valid model deployment name couldn't be extracted from the input file. Please ensure that each row in the input file has a valid deployment name specified in the 'model' field, and that the deployment name is consistent across all rows.".to_owned(),
             param: None,
             line: None,
-        }]);
+        }]));
     }
-    if content.len() > limits.max_input_bytes {
+    if size > u64::try_from(limits.max_input_bytes).unwrap_or(u64::MAX) {
         // The message is the one observed from OpenAI; its code is not documented.
-        return Err(vec![BatchError {
+        return Ok(Err(vec![BatchError {
             code: "invalid_request",
             message: format!(
                 "The batch input file is larger than the {} maximum.",
@@ -129,11 +221,10 @@ pub(crate) fn validate(
             ),
             param: None,
             line: None,
-        }]);
+        }]));
     }
     let mut errors = Errors(Vec::new());
-    let mut lines = Vec::new();
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut seen = SeenIds::default();
     let mut model: Option<(String, u64)> = None;
     let mut model_mismatch_reported = false;
     let mut embedding_inputs = 0usize;
@@ -141,15 +232,21 @@ pub(crate) fn validate(
     let mut estimated_tokens = 0u64;
     let wanted_url = if limits.azure { strip_v1(endpoint) } else { endpoint };
 
-    let mut start = 0usize;
+    let mut reader = BufReader::with_capacity(READ_BUFFER, head.chain(content));
+    let mut buf = Vec::new();
+    let mut pos = 0u64;
     let mut line_no = 0u64;
-    while start < content.len() {
-        let end =
-            content[start..].iter().position(|b| *b == b'\n').map_or(content.len(), |p| start + p);
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        let start = pos;
+        pos += u64::try_from(n).unwrap_or(u64::MAX);
         line_no += 1;
-        let raw = content.slice(start..end);
-        start = end + 1;
-        let text = raw.strip_suffix(b"\r").unwrap_or(&raw);
+        let raw = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let text = raw.strip_suffix(b"\r").unwrap_or(raw);
         if text.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -282,7 +379,9 @@ pub(crate) fn validate(
         if endpoint.ends_with("/embeddings") {
             embedding_inputs += body.get("input").and_then(Value::as_array).map_or(1, Vec::len);
         }
-        if let Some(first) = seen.get(&custom_id) {
+        let len = u64::try_from(text.len()).unwrap_or(u64::MAX);
+        let here = FirstSeen { line_no, start, len };
+        if let Some(first) = seen.first_or_insert(&custom_id, here, &mut read_back)? {
             errors.push(
                 "duplicate_custom_id",
                 format!(
@@ -293,21 +392,20 @@ pub(crate) fn validate(
             );
             continue;
         }
-        seen.insert(custom_id.clone(), line_no);
-        lines.push(PlannedLine { custom_id, raw });
+        on_line(start, len, &custom_id)?;
     }
 
     if task_count == 0 {
-        return Err(vec![BatchError {
+        return Ok(Err(vec![BatchError {
             code: "empty_file",
             message: "The input file is empty. Please ensure that the batch contains at least one request."
                 .to_owned(),
             param: None,
             line: None,
-        }]);
+        }]));
     }
     if task_count > limits.max_tasks {
-        return Err(vec![BatchError {
+        return Ok(Err(vec![BatchError {
             code: "too_many_tasks",
             message: format!(
                 "The input file contains {task_count} requests; a batch can contain at most {}.",
@@ -315,7 +413,7 @@ pub(crate) fn validate(
             ),
             param: None,
             line: None,
-        }]);
+        }]));
     }
     if embedding_inputs > limits.max_embedding_inputs {
         errors.push(
@@ -329,9 +427,9 @@ pub(crate) fn validate(
         );
     }
     if errors.0.is_empty() {
-        Ok(ValidInput { lines, model: model.map(|(m, _)| m), estimated_tokens })
+        Ok(Ok(Checked { model: model.map(|(m, _)| m), estimated_tokens }))
     } else {
-        Err(errors.0)
+        Ok(Err(errors.0))
     }
 }
 
@@ -349,8 +447,30 @@ mod tests {
         )
     }
 
-    fn check(text: &str) -> Result<ValidInput, Vec<BatchError>> {
-        validate(&Bytes::from(text.to_owned()), "/v1/chat/completions", &limits())
+    /// A valid file's runnable lines: custom_id and the line's text.
+    #[derive(Debug)]
+    struct Valid {
+        checked: Checked,
+        lines: Vec<(String, String)>,
+    }
+
+    fn run(text: &str, endpoint: &str, rules: &Rules) -> Result<Valid, Vec<BatchError>> {
+        let mut spans = Vec::new();
+        let read_back = |s: u64, l: u64| Ok(text.as_bytes()[s as usize..(s + l) as usize].to_vec());
+        let verdict =
+            validate(text.as_bytes(), text.len() as u64, endpoint, rules, read_back, |s, l, id| {
+                spans.push((s as usize, l as usize, id.to_owned()));
+                Ok(())
+            })
+            .unwrap();
+        verdict.map(|checked| Valid {
+            checked,
+            lines: spans.into_iter().map(|(s, l, id)| (id, text[s..s + l].to_owned())).collect(),
+        })
+    }
+
+    fn check(text: &str) -> Result<Valid, Vec<BatchError>> {
+        run(text, "/v1/chat/completions", &limits())
     }
 
     #[test]
@@ -358,9 +478,10 @@ mod tests {
         let text = format!("{}\r\n\n{}\n", line("a", "m"), line("b", "m"));
         let ok = check(&text).unwrap();
         assert_eq!(ok.lines.len(), 2);
-        assert_eq!(ok.lines[1].custom_id, "b");
-        assert_eq!(ok.model.as_deref(), Some("m"));
-        let parsed: Value = serde_json::from_slice(&ok.lines[1].raw).unwrap();
+        assert_eq!(ok.lines[1].0, "b");
+        assert_eq!(ok.checked.model.as_deref(), Some("m"));
+        assert_eq!(ok.lines[0].1, line("a", "m"), "no line break in a line's span");
+        let parsed: Value = serde_json::from_str(&ok.lines[1].1).unwrap();
         assert_eq!(parsed["custom_id"], "b");
     }
 
@@ -385,6 +506,22 @@ mod tests {
             check(r#"{"method":"POST","url":"/v1/chat/completions","body":{}}"#).unwrap_err();
         assert_eq!(errs[0].code, "invalid_request");
         assert_eq!(errs[0].param.as_deref(), Some("custom_id"));
+    }
+
+    #[test]
+    fn ids_sharing_a_hash_are_told_apart() {
+        let text = format!("{}\n{}\n", line("a", "m"), line("b", "m"));
+        let mut read_back =
+            |s: u64, l: u64| Ok(text.as_bytes()[s as usize..(s + l) as usize].to_vec());
+        let a = FirstSeen { line_no: 1, start: 0, len: line("a", "m").len() as u64 };
+        let mut seen = SeenIds::default();
+        assert_eq!(seen.first_or_insert("a", a, &mut read_back).unwrap(), None);
+        // Pretend "b" hashes like "a": the reread line tells them apart.
+        seen.by_hash.insert(id_hash("b"), a);
+        let b = FirstSeen { line_no: 2, start: a.len + 1, len: a.len };
+        assert_eq!(seen.first_or_insert("b", b, &mut read_back).unwrap(), None);
+        assert_eq!(seen.first_or_insert("b", b, &mut read_back).unwrap(), Some(2));
+        assert_eq!(seen.first_or_insert("a", b, &mut read_back).unwrap(), Some(1));
     }
 
     #[test]
@@ -413,16 +550,15 @@ mod tests {
             ..limits()
         };
         let ok = format!("{}\n{}", line("a", "gpt-4o-batch"), line("b", "gpt-4o-batch"));
-        let valid = validate(&Bytes::from(ok.clone()), "/chat/completions", &rules).unwrap();
+        let valid = run(&ok, "/chat/completions", &rules).unwrap();
         assert_eq!(valid.lines.len(), 2);
-        assert!(valid.estimated_tokens >= 2);
-        let errs = validate(&Bytes::from(ok.clone()), "/responses", &rules).unwrap_err();
+        assert!(valid.checked.estimated_tokens >= 2);
+        let errs = run(&ok, "/responses", &rules).unwrap_err();
         assert_eq!(errs[0].code, "url_mismatch");
-        let errs =
-            validate(&Bytes::from(line("a", "gpt-4o")), "/chat/completions", &rules).unwrap_err();
+        let errs = run(&line("a", "gpt-4o"), "/chat/completions", &rules).unwrap_err();
         assert_eq!(errs[0].code, "model_not_found");
         let bom = format!("\u{feff}{ok}");
-        let errs = validate(&Bytes::from(bom), "/chat/completions", &rules).unwrap_err();
+        let errs = run(&bom, "/chat/completions", &rules).unwrap_err();
         assert!(errs[0].message.starts_with("Validation failed: A valid model deployment name"));
         assert_eq!(strip_v1("/v1/chat/completions"), "/chat/completions");
         assert_eq!(strip_v1("/v1x"), "/v1x");
@@ -436,7 +572,7 @@ mod tests {
             )
         };
         let text = format!("{}\n{}", l("x"), l("y"));
-        let errs = validate(&Bytes::from(text), "/v1/embeddings", &limits()).unwrap_err();
+        let errs = run(&text, "/v1/embeddings", &limits()).unwrap_err();
         assert_eq!(errs[0].code, "too_many_tasks");
     }
 }

@@ -13,3 +13,5 @@ mod control;
 mod faults;
 mod files;
 mod helpers;
+mod memory;
+mod spool;
