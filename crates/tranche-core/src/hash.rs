@@ -33,6 +33,20 @@ impl InputHash {
         Self(hasher.0.finalize().into())
     }
 
+    /// The same hash as [`InputHash::compute`], from a body already in canonical JSON (as
+    /// [`canonical_json`] writes it), so that a body serialised once serves both.
+    pub fn of_canonical(provider: ProviderKind, endpoint: Endpoint, canonical_body: &str) -> Self {
+        let mut hasher = HashWriter(Sha256::new());
+        let _ = write!(hasher, "{{\"body\":");
+        let _ = hasher.write_all(canonical_body.as_bytes());
+        let _ = write!(hasher, ",\"endpoint\":");
+        write_json_string(&mut hasher, endpoint.as_str());
+        let _ = write!(hasher, ",\"provider\":");
+        write_json_string(&mut hasher, provider.as_str());
+        let _ = write!(hasher, "}}");
+        Self(hasher.0.finalize().into())
+    }
+
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
     }
@@ -42,7 +56,8 @@ impl InputHash {
 pub fn canonical_json(value: &Value) -> String {
     let mut out = Vec::new();
     write_canonical(&mut out, value);
-    String::from_utf8_lossy(&out).into_owned()
+    // JSON written from a `Value` is UTF-8; the lossy path is never taken.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 struct HashWriter(Sha256);
@@ -139,6 +154,18 @@ impl From<InputHash> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hashing_a_canonical_body_equals_hashing_the_value() {
+        let body = serde_json::json!({"z": [1, {"b": "x\"y", "a": null}], "model": "m", "é": 1.5});
+        let text = canonical_json(&body);
+        for provider in [ProviderKind::Openai, ProviderKind::Anthropic] {
+            assert_eq!(
+                InputHash::of_canonical(provider, Endpoint::ChatCompletions, &text),
+                InputHash::compute(provider, Endpoint::ChatCompletions, &body)
+            );
+        }
+    }
     use serde_json::json;
 
     fn hash(body: &str) -> InputHash {

@@ -57,6 +57,8 @@ pub struct ParsedRequest {
     /// The request body as canonical compact JSON (with `model` filled in).
     pub body: String,
     pub input_hash: InputHash,
+    /// Estimated tokens it puts in a provider's queue (see [`crate::tokens::estimate`]).
+    pub est_tokens: u64,
 }
 
 /// What is wrong with one input line.
@@ -84,17 +86,24 @@ fn error(line: u64, field: Option<&str>, reason: impl Into<String>) -> InputErro
     InputError { line, field: field.map(str::to_owned), reason: reason.into() }
 }
 
-/// A line-at-a-time parser that remembers every custom id it has seen.
+/// A line-at-a-time parser that remembers every custom id it has seen (unless the caller
+/// checks for repeats itself).
 #[derive(Debug)]
 pub struct InputParser {
     options: InputOptions,
-    seen: HashMap<CustomId, u64>,
+    seen: Option<HashMap<CustomId, u64>>,
     line: u64,
 }
 
 impl InputParser {
     pub fn new(options: InputOptions) -> Self {
-        Self { options, seen: HashMap::new(), line: 0 }
+        Self { options, seen: Some(HashMap::new()), line: 0 }
+    }
+
+    /// A parser that leaves repeated custom ids to its caller (a store with a unique key
+    /// finds them without this parser's memory growing with every line).
+    pub fn without_duplicate_check(options: InputOptions) -> Self {
+        Self { options, seen: None, line: 0 }
     }
 
     /// The number of lines consumed so far.
@@ -142,22 +151,22 @@ impl InputParser {
         if self.options.provider == ProviderKind::Anthropic {
             anthropic_params(line, &body)?;
         }
-        if let Some(&first) = self.seen.get(&custom_id) {
-            return Err(error(
-                line,
-                Some("custom_id"),
-                format!("duplicate custom_id `{custom_id}`: already used on line {first}"),
-            ));
+        if let Some(seen) = &mut self.seen {
+            if let Some(&first) = seen.get(&custom_id) {
+                return Err(duplicate(line, custom_id.as_str(), first));
+            }
+            seen.insert(custom_id.clone(), line);
         }
-        self.seen.insert(custom_id.clone(), line);
-        let body = Value::Object(body);
-        let input_hash = InputHash::compute(self.options.provider, endpoint, &body);
+        let output_limit = crate::tokens::output_limit(&body);
+        let body = canonical_json(&Value::Object(body));
+        let input_hash = InputHash::of_canonical(self.options.provider, endpoint, &body);
         Ok(Some(ParsedRequest {
             line,
             custom_id,
             endpoint,
             model,
-            body: canonical_json(&body),
+            est_tokens: crate::tokens::estimate_from(body.len(), output_limit),
+            body,
             input_hash,
         }))
     }
@@ -376,13 +385,25 @@ impl ErrorCollector {
     }
 
     /// `Ok(())` when no line was bad.
-    pub fn finish(self) -> Result<(), Rejected> {
+    pub fn finish(mut self) -> Result<(), Rejected> {
         if self.total == 0 {
             Ok(())
         } else {
+            // Errors found after the fact (a repeat found when rows were stored) come later
+            // than the lines after them; report in line order.
+            self.errors.sort_by_key(|e| e.line);
             Err(Rejected { errors: self.errors, total: self.total })
         }
     }
+}
+
+/// The error for a custom id used on an earlier line of the same input.
+pub fn duplicate(line: u64, custom_id: &str, first: u64) -> InputError {
+    error(
+        line,
+        Some("custom_id"),
+        format!("duplicate custom_id `{custom_id}`: already used on line {first}"),
+    )
 }
 
 /// Parses a whole text, all or nothing.

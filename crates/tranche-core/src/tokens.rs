@@ -13,12 +13,23 @@ struct OutputLimits {
 /// bytes of its body, plus the output it may produce (`max_tokens`, `max_completion_tokens`
 /// or `max_output_tokens`).
 pub fn estimate(body: &str) -> u64 {
-    let input = (body.len() as u64).div_ceil(4).max(1);
     let output = serde_json::from_str::<OutputLimits>(body)
         .ok()
-        .and_then(|l| l.max_completion_tokens.or(l.max_tokens).or(l.max_output_tokens))
-        .unwrap_or(0);
-    input.saturating_add(output)
+        .and_then(|l| l.max_completion_tokens.or(l.max_tokens).or(l.max_output_tokens));
+    estimate_from(body.len(), output)
+}
+
+/// The output a body allows, read from a parsed body (as [`estimate`] reads it from text).
+pub fn output_limit(body: &serde_json::Map<String, serde_json::Value>) -> Option<u64> {
+    ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|key| body.get(*key).and_then(serde_json::Value::as_u64))
+}
+
+/// [`estimate`] from a body's length in bytes and the output it allows.
+pub fn estimate_from(body_len: usize, output_limit: Option<u64>) -> u64 {
+    let input = (body_len as u64).div_ceil(4).max(1);
+    input.saturating_add(output_limit.unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -32,5 +43,8 @@ mod tests {
         let body = r#"{"model":"m","max_completion_tokens":7,"max_tokens":100}"#;
         assert_eq!(estimate(body), (body.len() as u64).div_ceil(4) + 7);
         assert_eq!(estimate("{}"), 1);
+        let parsed: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(body).unwrap();
+        assert_eq!(estimate_from(body.len(), output_limit(&parsed)), estimate(body));
     }
 }

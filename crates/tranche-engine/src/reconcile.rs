@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use tranche_core::plan::{GroupKey, PlanItem, Planner, TrancheLimits};
+use tranche_core::plan::{GroupKey, PlanItem, PlannedTranche, Planner, TrancheLimits};
 use tranche_core::{
     CustomId, Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
 };
@@ -27,7 +27,7 @@ use tranche_providers::{
     Provider, UpstreamError,
 };
 use tranche_store::{
-    AttemptInfo, AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store,
+    AttemptInfo, AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store, Success,
     TrancheRecord, TrancheUpdate,
 };
 
@@ -168,6 +168,12 @@ pub(crate) fn wire_id(provider: ProviderKind, custom_id: &CustomId) -> String {
     }
 }
 
+/// A hash of a wire id, to tell duplicates apart while planning without keeping the ids.
+fn wire_hash(wire_id: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(wire_id)
+}
+
 fn upstream_json(e: &UpstreamError) -> serde_json::Value {
     serde_json::to_value(e).unwrap_or_else(|_| serde_json::json!({ "message": e.to_string() }))
 }
@@ -286,80 +292,123 @@ impl Engine {
         self.settle_jobs().await
     }
 
-    /// Cuts every waiting request of one provider into tranches.
+    /// Cuts every waiting request of one provider into tranches. Each group (endpoint +
+    /// model) is read in pages and each tranche is claimed as soon as it is full, so memory
+    /// holds one page and one tranche, however many requests wait.
     async fn plan(&self, kind: ProviderKind) -> Result<(), EngineError> {
         let now = unix_now();
         let answered = self.store.answer_from_earlier(kind, now).await?;
         if answered > 0 {
             info!(provider = %kind, requests = answered, "answered from earlier results at no cost");
         }
-        let pending = self.store.pending_items(kind, now).await?;
-        if pending.is_empty() {
+        let groups = self.store.pending_groups(kind, now).await?;
+        if groups.is_empty() {
             return Ok(());
         }
-        // Pooling thresholds: a group goes out once it is large enough or old enough.
-        let mut groups: BTreeMap<(Endpoint, String), (usize, i64)> = BTreeMap::new();
-        for item in &pending {
-            let entry = groups.entry((item.endpoint, item.model.clone())).or_insert((0, i64::MAX));
-            entry.0 += 1;
-            entry.1 = entry.1.min(item.accepted_at);
-        }
         let max_wait = i64::try_from(self.config.max_wait.as_secs()).unwrap_or(i64::MAX);
-        let ready = |endpoint: Endpoint, model: &str| {
-            groups.get(&(endpoint, model.to_owned())).is_some_and(|&(count, oldest)| {
-                count >= self.config.min_batch_size || now.saturating_sub(oldest) >= max_wait
-            })
-        };
-        let mut planner = Planner::new(self.config.limits(kind));
-        let mut sealed = Vec::new();
-        // Two requests with one wire id (the same custom id in two jobs) must never share a
-        // batch: the later one waits for the next round, and so another tranche.
-        let mut wire_ids = HashSet::new();
-        for item in pending {
-            if !ready(item.endpoint, &item.model) || !wire_ids.insert(item.wire_id) {
-                continue;
-            }
-            let item = PlanItem {
-                group: GroupKey { provider: kind, endpoint: item.endpoint, model: item.model },
-                bytes: item.wire_bytes,
-                item: (item.request_id, item.est_tokens),
-            };
-            // Submission refuses requests larger than a batch, so this cannot fail; if a
-            // stored request somehow is, it waits rather than being dropped.
-            match planner.push(item) {
-                Ok(full) => sealed.extend(full),
-                Err(e) => warn!(error = %e, "a stored request exceeds the batch size limit"),
-            }
-        }
-        sealed.extend(planner.finish());
         let mut enqueued: BTreeMap<String, u64> =
             self.store.enqueued_tokens(kind).await?.into_iter().collect();
-        for planned in sealed {
-            let est_tokens: u64 = planned.items.iter().map(|(_, tokens)| tokens).sum();
-            let model = planned.group.model;
-            let queued = enqueued.get(&model).copied().unwrap_or(0);
-            if let Some(budget) = self.config.token_budget(&model) {
-                // A tranche larger than the whole budget still goes out alone, or it never would.
-                if queued > 0 && queued.saturating_add(est_tokens) > budget {
-                    debug!(model = %model, queued, est_tokens, budget, "tranche waits for enqueued-token room");
-                    continue;
-                }
+        for group in groups {
+            // Pooling thresholds: a group goes out once it is large enough or old enough.
+            let count = usize::try_from(group.count).unwrap_or(usize::MAX);
+            if count < self.config.min_batch_size
+                && now.saturating_sub(group.oldest_accepted_at) < max_wait
+            {
+                continue;
             }
-            *enqueued.entry(model.clone()).or_insert(0) += est_tokens;
-            let ids: Vec<i64> = planned.items.iter().map(|(id, _)| *id).collect();
-            let tranche = NewTranche {
-                id: TrancheId::new(),
-                est_tokens,
-                provider: kind,
-                endpoint: planned.group.endpoint,
-                model,
-                bytes: planned.bytes,
-                created_at: unix_now(),
-            };
-            let claimed = self.store.create_tranche(&tranche, &ids).await?;
-            info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, est_tokens, "planned tranche");
+            self.plan_group(kind, group.endpoint, group.model, now, &mut enqueued).await?;
         }
         Ok(())
+    }
+
+    /// Cuts one group's waiting requests into tranches, until they run out or a tranche has to
+    /// wait for enqueued-token room.
+    async fn plan_group(
+        &self,
+        kind: ProviderKind,
+        endpoint: Endpoint,
+        model: String,
+        now: i64,
+        enqueued: &mut BTreeMap<String, u64>,
+    ) -> Result<(), EngineError> {
+        const PAGE: u32 = 4_096;
+        let key = GroupKey { provider: kind, endpoint, model };
+        let mut planner = Planner::new(self.config.limits(kind));
+        // Two requests with one wire id (the same custom id in two jobs) must never share a
+        // batch: the later one waits for the next round, and so another tranche. Hashes of
+        // the open tranche's wire ids are enough to tell (a collision only delays a request).
+        let mut wire_ids = HashSet::new();
+        let mut after = 0;
+        loop {
+            let page =
+                self.store.pending_page(kind, (endpoint, &key.model), now, after, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = last.request_id;
+            for item in page {
+                let hash = wire_hash(&item.wire_id);
+                if !wire_ids.insert(hash) {
+                    continue;
+                }
+                let item = PlanItem {
+                    group: key.clone(),
+                    bytes: item.wire_bytes,
+                    item: (item.request_id, item.est_tokens),
+                };
+                // Submission refuses requests larger than a batch, so this cannot fail; if a
+                // stored request somehow is, it waits rather than being dropped.
+                match planner.push(item) {
+                    Ok(Some(full)) => {
+                        // The item just pushed opened the next tranche, alone so far.
+                        wire_ids.clear();
+                        wire_ids.insert(hash);
+                        if !self.claim(full, enqueued).await? {
+                            return Ok(());
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => warn!(error = %e, "a stored request exceeds the batch size limit"),
+                }
+            }
+        }
+        for planned in planner.finish() {
+            if !self.claim(planned, enqueued).await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a planned tranche and claims its requests, unless it would overflow the model's
+    /// enqueued-token budget. Returns false when it has to wait for room.
+    async fn claim(
+        &self,
+        planned: PlannedTranche<(i64, u64)>,
+        enqueued: &mut BTreeMap<String, u64>,
+    ) -> Result<bool, EngineError> {
+        let est_tokens: u64 = planned.items.iter().map(|(_, tokens)| tokens).sum();
+        let model = planned.group.model;
+        let queued = enqueued.get(&model).copied().unwrap_or(0);
+        if let Some(budget) = self.config.token_budget(&model) {
+            // A tranche larger than the whole budget still goes out alone, or it never would.
+            if queued > 0 && queued.saturating_add(est_tokens) > budget {
+                debug!(model = %model, queued, est_tokens, budget, "tranche waits for enqueued-token room");
+                return Ok(false);
+            }
+        }
+        *enqueued.entry(model.clone()).or_insert(0) += est_tokens;
+        let ids: Vec<i64> = planned.items.iter().map(|(id, _)| *id).collect();
+        let tranche = NewTranche {
+            id: TrancheId::new(),
+            est_tokens,
+            provider: planned.group.provider,
+            endpoint: planned.group.endpoint,
+            model,
+            bytes: planned.bytes,
+            created_at: unix_now(),
+        };
+        let claimed = self.store.create_tranche(&tranche, &ids).await?;
+        info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, est_tokens, "planned tranche");
+        Ok(true)
     }
 
     /// Moves one tranche one step.
@@ -909,7 +958,11 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let now = unix_now();
         let mut writer = self.store.begin_ingest(tranche.id).await?;
+        /// Successful lines recorded per call; failures are few and kept until the end.
+        const SUCCESS_CHUNK: usize = 2_048;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
+        let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
+        let mut failures = Vec::new();
         for name in ["output.jsonl", "errors.jsonl"] {
             let path = self.raw_path(tranche.id, name);
             let file = match tokio::fs::File::open(&path).await {
@@ -932,56 +985,56 @@ impl Engine {
                         continue;
                     }
                 };
-                let recorded = match &parsed.outcome {
+                match parsed.outcome {
                     LineOutcome::Succeeded { status_code, body, .. } => {
-                        let (input_tokens, output_tokens) = usage_of(body);
-                        writer
-                            .record(
-                                &parsed.wire_id,
-                                &ResultUpdate {
-                                    state: RequestState::Succeeded,
-                                    outcome: AttemptOutcome::Succeeded,
-                                    status_code: Some(*status_code),
-                                    output: Some(body.get()),
-                                    error: None,
-                                    input_tokens,
-                                    output_tokens,
-                                    spends_attempt: true,
-                                    not_before: 0,
-                                    at: now,
-                                },
-                            )
-                            .await?
+                        let (input_tokens, output_tokens) = usage_of(&body);
+                        successes.push(Success {
+                            wire_id: parsed.wire_id,
+                            status_code,
+                            output: String::from(Box::<str>::from(body)),
+                            input_tokens,
+                            output_tokens,
+                        });
+                        if successes.len() >= SUCCESS_CHUNK {
+                            let sent = successes.len() as u64;
+                            let recorded = writer.record_successes(&mut successes, now).await?;
+                            matched += recorded;
+                            unknown += sent - recorded;
+                        }
                     }
-                    LineOutcome::Failed(e) => {
-                        let Some(info) = writer.attempt_info(&parsed.wire_id).await? else {
-                            unknown += 1;
-                            warn!(tranche = %tranche.id, wire_id = %parsed.wire_id, "result line matches no waiting request");
-                            continue;
-                        };
-                        let (outcome, kind) = match e.code.as_deref() {
-                            Some("batch_expired") => (AttemptOutcome::Expired, Failure::Retryable),
-                            Some("batch_cancelled") if tranche.cancel_requested => {
-                                (AttemptOutcome::Cancelled, Failure::UserCancel)
-                            }
-                            Some("batch_cancelled") => {
-                                (AttemptOutcome::Cancelled, Failure::Retryable)
-                            }
-                            _ if e.retryable => (AttemptOutcome::Errored, Failure::Retryable),
-                            _ => (AttemptOutcome::Errored, Failure::Fatal),
-                        };
-                        let error = line_error_json(e);
-                        let update =
-                            self.failure_update(info, kind, outcome, e.status, &error, now);
-                        writer.record(&parsed.wire_id, &update).await?
-                    }
-                };
-                if recorded {
-                    matched += 1;
-                } else {
-                    unknown += 1;
-                    warn!(tranche = %tranche.id, wire_id = %parsed.wire_id, "result line matches no waiting request");
+                    // Failures are decided one by one (each by its own retry budget), after
+                    // the successes: a provider that answered a request twice, once well,
+                    // has answered it.
+                    LineOutcome::Failed(e) => failures.push((parsed.wire_id, e)),
                 }
+            }
+        }
+        let sent = successes.len() as u64;
+        let recorded = writer.record_successes(&mut successes, now).await?;
+        matched += recorded;
+        unknown += sent - recorded;
+        for (wire_id, e) in failures {
+            let Some(info) = writer.attempt_info(&wire_id).await? else {
+                unknown += 1;
+                warn!(tranche = %tranche.id, wire_id = %wire_id, "result line matches no waiting request");
+                continue;
+            };
+            let (outcome, kind) = match e.code.as_deref() {
+                Some("batch_expired") => (AttemptOutcome::Expired, Failure::Retryable),
+                Some("batch_cancelled") if tranche.cancel_requested => {
+                    (AttemptOutcome::Cancelled, Failure::UserCancel)
+                }
+                Some("batch_cancelled") => (AttemptOutcome::Cancelled, Failure::Retryable),
+                _ if e.retryable => (AttemptOutcome::Errored, Failure::Retryable),
+                _ => (AttemptOutcome::Errored, Failure::Fatal),
+            };
+            let error = line_error_json(&e);
+            let update = self.failure_update(info, kind, outcome, e.status, &error, now);
+            if writer.record(&wire_id, &update).await? {
+                matched += 1;
+            } else {
+                unknown += 1;
+                warn!(tranche = %tranche.id, wire_id = %wire_id, "result line matches no waiting request");
             }
         }
         let (kind, error, outcome) = self.rest_outcome(tranche);
@@ -1120,10 +1173,12 @@ impl Engine {
     /// are cleaned up.
     async fn settle_jobs(&self) -> Result<(), EngineError> {
         for job in self.store.open_jobs().await? {
-            let counts = self.store.job_counts(job.id).await?;
-            if counts.open() > 0 || self.store.job_open_tranches(job.id).await? > 0 {
+            if self.store.job_has_open_requests(job.id).await?
+                || self.store.job_open_tranches(job.id).await? > 0
+            {
                 continue;
             }
+            let counts = self.store.job_counts(job.id).await?;
             let state = if job.cancel_requested {
                 JobState::Cancelled
             } else if job.last_error.is_some() {

@@ -3,10 +3,12 @@
 
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
-use tranche_core::input::{ErrorCollector, InputError, InputOptions, InputParser, Rejected};
+use tranche_core::input::{
+    ErrorCollector, InputError, InputOptions, InputParser, Rejected, duplicate,
+};
 use tranche_core::plan::TrancheLimits;
 use tranche_core::{JobId, ProviderKind};
-use tranche_store::{NewJob, NewRequest};
+use tranche_store::{NewJob, NewRequest, StoreError};
 
 use crate::reconcile::{Engine, wire_id};
 
@@ -26,7 +28,7 @@ pub enum SubmitError {
     #[error("cannot read the input: {0}")]
     Read(#[source] std::io::Error),
     #[error(transparent)]
-    Store(#[from] tranche_store::StoreError),
+    Store(#[from] StoreError),
     #[error("no {0} provider is configured")]
     ProviderNotConfigured(ProviderKind),
 }
@@ -65,7 +67,7 @@ impl Engine {
                 created_at: crate::unix_now(),
             })
             .await?;
-        let mut parser = InputParser::new(options);
+        let mut parser = InputParser::without_duplicate_check(options);
         let mut errors = ErrorCollector::default();
         let mut raw = Vec::new();
         let mut line_buf = Vec::new();
@@ -102,7 +104,7 @@ impl Engine {
             }
             let wire = wire_id(provider_kind, &request.custom_id);
             line_buf.clear();
-            let body = RawValue::from_string(request.body.clone()).map_err(|e| {
+            let body = serde_json::from_str::<&RawValue>(&request.body).map_err(|e| {
                 SubmitError::Rejected(Rejected {
                     errors: vec![InputError {
                         line: request.line,
@@ -112,13 +114,13 @@ impl Engine {
                     total: 1,
                 })
             })?;
-            provider.write_input_line(&mut line_buf, &wire, request.endpoint, &body);
+            provider.write_input_line(&mut line_buf, &wire, request.endpoint, body);
             let wire_bytes = line_buf.len() as u64;
             if let Err(e) = fits(limits, wire_bytes, request.line) {
                 errors.push(e);
                 continue;
             }
-            writer
+            let added = writer
                 .add(&NewRequest {
                     line: request.line,
                     custom_id: request.custom_id.as_str(),
@@ -129,10 +131,14 @@ impl Engine {
                     wire_bytes,
                     input_hash: &request.input_hash.to_hex(),
                     max_attempts,
-                    est_tokens: tranche_core::tokens::estimate(&request.body),
+                    est_tokens: request.est_tokens,
                     accepted_at,
                 })
-                .await?;
+                .await;
+            repeats(added, &mut errors)?;
+        }
+        if errors.is_empty() {
+            repeats(writer.flush().await, &mut errors)?;
         }
         // Dropping the writer rolls the whole job back.
         errors.finish()?;
@@ -148,6 +154,20 @@ impl Engine {
         }
         let accepted = writer.commit().await?;
         Ok(Submitted { job_id, accepted })
+    }
+}
+
+/// Turns repeated custom ids the store found into input errors; other failures stay errors.
+fn repeats(result: Result<(), StoreError>, errors: &mut ErrorCollector) -> Result<(), SubmitError> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(StoreError::DuplicateCustomIds(found)) => {
+            for d in found {
+                errors.push(duplicate(d.line, &d.custom_id, d.first_line));
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -9,7 +9,7 @@ use futures::TryStreamExt;
 use secrecy::SecretString;
 use tranche_core::input::InputOptions;
 use tranche_core::{JobId, JobState, ProviderKind, RequestState};
-use tranche_engine::{Engine, EngineConfig, Providers};
+use tranche_engine::{Engine, EngineConfig, Providers, SubmitError};
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_sim::{SimConfig, SimHandle, Simulator};
 use tranche_store::Store;
@@ -145,6 +145,42 @@ async fn an_empty_input_is_rejected_and_stores_nothing() {
     let err = engine.submit(&b"\n\n"[..], options, None, serde_json::json!({})).await.unwrap_err();
     assert!(err.to_string().contains("no requests"), "{err}");
     assert!(engine.store().recent_jobs(5).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn repeated_custom_ids_are_found_across_stored_rows_and_reported_in_line_order() {
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let options =
+        InputOptions { task: Some("t".into()), ..InputOptions::new(ProviderKind::Openai) };
+    // Far more lines than the store writes per statement: line 700 repeats line 2 (stored
+    // long before), line 702 repeats line 701 (in the same statement), and line 900 has
+    // bad JSON, found before the repeats are.
+    let mut input = String::new();
+    for i in 1..=1_000 {
+        let key = match i {
+            700 => 2,
+            702 => 701,
+            n => n,
+        };
+        if i == 900 {
+            input.push_str("{not json\n");
+        } else {
+            input.push_str(&format!(
+                "{{\"key\":\"k{key}\",\"body\":{{\"model\":\"m\",\"messages\":[]}}}}\n"
+            ));
+        }
+    }
+    let err =
+        engine.submit(input.as_bytes(), options, None, serde_json::json!({})).await.unwrap_err();
+    let SubmitError::Rejected(rejected) = err else { panic!("not rejected: {err}") };
+    let found: Vec<(u64, String)> =
+        rejected.errors.iter().map(|e| (e.line, e.reason.clone())).collect();
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert_eq!(found[0], (700, "duplicate custom_id `k2:t:v1`: already used on line 2".into()));
+    assert_eq!(found[1], (702, "duplicate custom_id `k701:t:v1`: already used on line 701".into()));
+    assert_eq!(found[2].0, 900);
+    assert!(engine.store().recent_jobs(5).await.unwrap().is_empty(), "nothing stored");
 }
 
 /// Ticks (advancing the simulator's clock between rounds) until the job ends.

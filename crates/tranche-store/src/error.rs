@@ -22,6 +22,18 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     #[error("the database holds a value tranche cannot read: {0}")]
     Corrupt(String),
+    /// Requests of one job repeat a custom id (the store's unique key finds them, so that
+    /// no list of every id seen has to be kept in memory).
+    #[error("{} request(s) repeat a custom id of their job", .0.len())]
+    DuplicateCustomIds(Vec<DuplicateCustomId>),
+}
+
+/// A request whose custom id an earlier line of its job already used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateCustomId {
+    pub line: u64,
+    pub custom_id: String,
+    pub first_line: u64,
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

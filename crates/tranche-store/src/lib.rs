@@ -8,6 +8,6 @@ mod error;
 mod records;
 mod sqlite;
 
-pub use error::{StoreError, StoreResult};
+pub use error::{DuplicateCustomId, StoreError, StoreResult};
 pub use records::*;
 pub use sqlite::{IngestWriter, JobWriter, Store, TrancheUpdate};

@@ -99,11 +99,18 @@ pub struct TokenTotals {
 pub struct PendingItem {
     pub request_id: i64,
     pub wire_id: String,
-    pub accepted_at: i64,
     pub est_tokens: u64,
+    pub wire_bytes: u64,
+}
+
+/// Requests of one provider, endpoint and model waiting for a tranche.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingGroup {
     pub endpoint: Endpoint,
     pub model: String,
-    pub wire_bytes: u64,
+    pub count: u64,
+    /// When the group's oldest request was accepted (pooling thresholds wait on it).
+    pub oldest_accepted_at: i64,
 }
 
 /// A tranche as first recorded.
@@ -241,6 +248,17 @@ pub struct ResultUpdate<'a> {
     /// For a request returned to the pool: not before this time.
     pub not_before: i64,
     pub at: i64,
+}
+
+/// A successful result line, recorded with others of its tranche in one statement.
+#[derive(Debug, Clone)]
+pub struct Success {
+    pub wire_id: String,
+    pub status_code: u16,
+    /// The provider's response body, as it returned it.
+    pub output: String,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
 }
 
 /// Where a request stands in its retry budget, for the engine to decide what a failure means.

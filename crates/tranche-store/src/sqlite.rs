@@ -1,6 +1,7 @@
 //! The SQLite store: one file in WAL mode, migrations embedded in the binary.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,21 +12,34 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Row, SqlSafeStr, Sqlite, Transaction};
+use sqlx::{QueryBuilder, Row, SqlSafeStr, Sqlite, Transaction};
 use tranche_core::{Endpoint, JobId, JobState, ProviderKind, TrancheId, TrancheState};
 
-use crate::error::{StoreError, StoreResult};
+use crate::error::{DuplicateCustomId, StoreError, StoreResult};
 use crate::records::*;
 
 fn migrator() -> Migrator {
-    Migrator::with_migrations(vec![Migration::new(
-        1,
-        Cow::Borrowed("init"),
-        MigrationType::Simple,
-        include_str!("../migrations/sqlite/0001_init.sql").into_sql_str(),
-        false,
-    )])
+    let migration = |version, name, sql: &'static str| {
+        Migration::new(
+            version,
+            Cow::Borrowed(name),
+            MigrationType::Simple,
+            sql.into_sql_str(),
+            false,
+        )
+    };
+    Migrator::with_migrations(vec![
+        migration(1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+        migration(2, "lean requests", include_str!("../migrations/sqlite/0002_lean_requests.sql")),
+    ])
 }
+
+/// Rows per multi-row `INSERT` at submit: 12 bound values a row, far below SQLite's limit of
+/// 32,766 per statement, and large enough that a statement's fixed cost is paid rarely.
+const INSERT_ROWS: usize = 256;
+
+/// Result lines recorded per statement at ingest.
+const INGEST_ROWS: usize = 2_048;
 
 /// The store. Cheap to clone; clones share one connection pool.
 #[derive(Debug, Clone)]
@@ -114,7 +128,20 @@ impl Store {
         .bind(job.created_at)
         .execute(&mut *tx)
         .await?;
-        Ok(JobWriter { tx, job: job.id, provider: job.provider, accepted: 0 })
+        // The insert above holds the write lock until commit, so the ids after the largest one
+        // stay free for this job's requests: they are assigned here, in input order.
+        let row =
+            sqlx::query("SELECT COALESCE(MAX(id), 0) FROM requests").fetch_one(&mut *tx).await?;
+        let last_id: i64 = row.try_get(0)?;
+        Ok(JobWriter {
+            tx,
+            job: job.id.to_string(),
+            provider: job.provider,
+            accepted: 0,
+            last_id,
+            rows: Vec::with_capacity(INSERT_ROWS),
+            bodies: Vec::with_capacity(INSERT_ROWS),
+        })
     }
 
     pub async fn job(&self, id: JobId) -> StoreResult<Option<JobRecord>> {
@@ -201,6 +228,17 @@ impl Store {
         Ok(counts)
     }
 
+    /// Whether any of a job's requests is still waiting or in a tranche.
+    pub async fn job_has_open_requests(&self, id: JobId) -> StoreResult<bool> {
+        let row = sqlx::query(
+            "SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = ? AND state IN ('pending', 'queued'))",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get::<i64, _>(0)? != 0)
+    }
+
     pub async fn job_tokens(&self, id: JobId) -> StoreResult<TokenTotals> {
         let row = sqlx::query(
             "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)
@@ -218,9 +256,8 @@ impl Store {
     /// How many of the tranches holding a job's requests are in each state.
     pub async fn job_tranche_counts(&self, id: JobId) -> StoreResult<Vec<(TrancheState, u64)>> {
         let rows = sqlx::query(
-            "SELECT t.state, COUNT(*) FROM tranches t
-             WHERE t.id IN (SELECT DISTINCT tranche_id FROM requests
-                            WHERE job_id = ? AND tranche_id IS NOT NULL)
+            "SELECT t.state, COUNT(*) FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+             WHERE j.job_id = ?
              GROUP BY t.state ORDER BY t.state",
         )
         .bind(id.to_string())
@@ -238,7 +275,9 @@ impl Store {
     /// A job's requests in input order, with their outcomes.
     pub fn job_results(&self, id: JobId) -> BoxStream<'_, StoreResult<ResultRow>> {
         sqlx::query(
-            "SELECT custom_id, state, output, error FROM requests WHERE job_id = ? ORDER BY line",
+            "SELECT r.custom_id, r.state, o.output, r.error
+             FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
+             WHERE r.job_id = ? ORDER BY r.line",
         )
         .bind(id.to_string())
         .fetch(&self.pool)
@@ -259,14 +298,15 @@ impl Store {
 
     /// Requests of one provider waiting for a tranche whose backoff has passed, in the order
     /// they were accepted.
-    pub async fn pending_items(
+    pub async fn pending_groups(
         &self,
         provider: ProviderKind,
         now: i64,
-    ) -> StoreResult<Vec<PendingItem>> {
+    ) -> StoreResult<Vec<PendingGroup>> {
         let rows = sqlx::query(
-            "SELECT id, endpoint, model, wire_bytes, wire_id, accepted_at, est_tokens FROM requests
-             WHERE state = 'pending' AND provider = ? AND not_before <= ? ORDER BY endpoint, model, id",
+            "SELECT endpoint, model, COUNT(*), MIN(accepted_at) FROM requests
+             WHERE state = 'pending' AND provider = ? AND not_before <= ?
+             GROUP BY endpoint, model ORDER BY endpoint, model",
         )
         .bind(provider.as_str())
         .bind(now)
@@ -274,15 +314,49 @@ impl Store {
         .await?;
         rows.iter()
             .map(|row| {
-                let endpoint: String = row.try_get(1)?;
+                let endpoint: String = row.try_get(0)?;
+                Ok(PendingGroup {
+                    endpoint: parse::<Endpoint>("endpoint", &endpoint)?,
+                    model: row.try_get(1)?,
+                    count: to_u64(row.try_get(2)?),
+                    oldest_accepted_at: row.try_get(3)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Up to `limit` requests of one group waiting for a tranche whose backoff has passed,
+    /// with ids above `after`, in the order they were accepted. Planning pages through a
+    /// group with these, so memory does not grow with the number of waiting requests.
+    pub async fn pending_page(
+        &self,
+        provider: ProviderKind,
+        group: (Endpoint, &str),
+        now: i64,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<PendingItem>> {
+        let rows = sqlx::query(
+            "SELECT id, wire_bytes, wire_id, est_tokens FROM requests
+             WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ? AND id > ?
+               AND not_before <= ?
+             ORDER BY id LIMIT ?",
+        )
+        .bind(provider.as_str())
+        .bind(group.0.as_str())
+        .bind(group.1)
+        .bind(after)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
                 Ok(PendingItem {
                     request_id: row.try_get(0)?,
-                    endpoint: parse::<Endpoint>("endpoint", &endpoint)?,
-                    model: row.try_get(2)?,
-                    wire_bytes: to_u64(row.try_get(3)?),
-                    wire_id: row.try_get(4)?,
-                    accepted_at: row.try_get(5)?,
-                    est_tokens: to_u64(row.try_get(6)?),
+                    wire_bytes: to_u64(row.try_get(1)?),
+                    wire_id: row.try_get(2)?,
+                    est_tokens: to_u64(row.try_get(3)?),
                 })
             })
             .collect()
@@ -291,23 +365,39 @@ impl Store {
     /// Answers waiting requests of one provider from an earlier succeeded result with the same
     /// custom id and input hash (from any job), at no cost. Returns how many were answered.
     pub async fn answer_from_earlier(&self, provider: ProviderKind, now: i64) -> StoreResult<u64> {
+        let mut tx = self.pool.begin().await?;
+        // A pending request has no output yet (success is terminal), so the outputs copied
+        // here mark exactly the requests answered.
+        let copied = sqlx::query(
+            "INSERT INTO request_outputs (request_id, output)
+             SELECT id, output FROM (
+                SELECT r.id AS id,
+                       (SELECT o.output FROM requests AS p
+                               JOIN request_outputs AS o ON o.request_id = p.id
+                        WHERE p.custom_id = r.custom_id AND p.input_hash = r.input_hash
+                          AND p.state = 'succeeded' AND p.cached = 0
+                        ORDER BY p.finished_at DESC, p.id DESC LIMIT 1) AS output
+                FROM requests AS r WHERE r.state = 'pending' AND r.provider = ?)
+             WHERE output IS NOT NULL",
+        )
+        .bind(provider.as_str())
+        .execute(&mut *tx)
+        .await?;
+        if copied.rows_affected() == 0 {
+            return Ok(0);
+        }
         let done = sqlx::query(
             "UPDATE requests SET
-                state = 'succeeded', cached = 1, finished_at = ?1, error = NULL,
-                input_tokens = NULL, output_tokens = NULL,
-                output = (SELECT p.output FROM requests AS p
-                          WHERE p.custom_id = requests.custom_id AND p.input_hash = requests.input_hash
-                            AND p.state = 'succeeded' AND p.cached = 0
-                          ORDER BY p.finished_at DESC, p.id DESC LIMIT 1)
-             WHERE state = 'pending' AND provider = ?2
-               AND EXISTS (SELECT 1 FROM requests AS p
-                           WHERE p.custom_id = requests.custom_id AND p.input_hash = requests.input_hash
-                             AND p.state = 'succeeded' AND p.cached = 0)",
+                state = 'succeeded', cached = 1, finished_at = ?, error = NULL,
+                input_tokens = NULL, output_tokens = NULL
+             WHERE state = 'pending' AND provider = ?
+               AND EXISTS (SELECT 1 FROM request_outputs AS o WHERE o.request_id = requests.id)",
         )
         .bind(now)
         .bind(provider.as_str())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 
@@ -381,6 +471,7 @@ impl Store {
     /// Ends a job's queued requests in a tranche shared with other jobs as cancelled; the
     /// tranche goes on for the others, and their results for this job are ignored.
     pub async fn detach_job(&self, job: JobId, tranche: TrancheId, at: i64) -> StoreResult<u64> {
+        let mut tx = self.pool.begin().await?;
         let done = sqlx::query(
             "UPDATE requests SET state = 'cancelled', finished_at = ?
              WHERE job_id = ? AND tranche_id = ? AND state = 'queued'",
@@ -388,8 +479,14 @@ impl Store {
         .bind(at)
         .bind(job.to_string())
         .bind(tranche.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        sqlx::query("DELETE FROM job_tranches WHERE job_id = ? AND tranche_id = ?")
+            .bind(job.to_string())
+            .bind(tranche.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 
@@ -417,25 +514,32 @@ impl Store {
         .bind(tranche.created_at)
         .execute(&mut *tx)
         .await?;
-        let mut claimed = 0u64;
-        for request_id in request_ids {
-            let done = sqlx::query(
-                "UPDATE requests SET state = 'queued', tranche_id = ? WHERE id = ? AND state = 'pending'",
-            )
-            .bind(&id)
-            .bind(request_id)
-            .execute(&mut *tx)
-            .await?;
-            claimed += done.rows_affected();
-        }
+        let ids = serde_json::to_string(request_ids)
+            .map_err(|e| StoreError::Corrupt(format!("request ids: {e}")))?;
+        let claimed = sqlx::query(
+            "UPDATE requests SET state = 'queued', tranche_id = ?
+             WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(&id)
+        .bind(ids)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
             .bind(to_i64(claimed))
             .bind(&id)
             .execute(&mut *tx)
             .await?;
         sqlx::query(
+            "INSERT OR IGNORE INTO job_tranches (job_id, tranche_id)
+             SELECT DISTINCT job_id, tranche_id FROM requests WHERE tranche_id = ?",
+        )
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
             "UPDATE jobs SET state = 'running', updated_at = ?
-             WHERE state = 'pending' AND id IN (SELECT DISTINCT job_id FROM requests WHERE tranche_id = ?)",
+             WHERE state = 'pending' AND id IN (SELECT job_id FROM job_tranches WHERE tranche_id = ?)",
         )
         .bind(tranche.created_at)
         .bind(&id)
@@ -477,21 +581,25 @@ impl Store {
         row.map(|r| tranche_from_row(&r)).transpose()
     }
 
-    /// The tranche's input lines, in request order.
+    /// The tranche's input lines, in wire id order (the index's, so nothing is sorted).
     pub fn tranche_input(&self, id: TrancheId) -> BoxStream<'_, StoreResult<InputLine>> {
-        sqlx::query("SELECT wire_id, endpoint, body FROM requests WHERE tranche_id = ? AND state = 'queued' ORDER BY id")
-            .bind(id.to_string())
-            .fetch(&self.pool)
-            .map_err(StoreError::from)
-            .and_then(|row| async move {
-                let endpoint: String = row.try_get(1)?;
-                Ok(InputLine {
-                    wire_id: row.try_get(0)?,
-                    endpoint: parse("endpoint", &endpoint)?,
-                    body: row.try_get(2)?,
-                })
+        sqlx::query(
+            "SELECT r.wire_id, r.endpoint, b.body
+             FROM requests AS r JOIN request_bodies AS b ON b.request_id = r.id
+             WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.wire_id",
+        )
+        .bind(id.to_string())
+        .fetch(&self.pool)
+        .map_err(StoreError::from)
+        .and_then(|row| async move {
+            let endpoint: String = row.try_get(1)?;
+            Ok(InputLine {
+                wire_id: row.try_get(0)?,
+                endpoint: parse("endpoint", &endpoint)?,
+                body: row.try_get(2)?,
             })
-            .boxed()
+        })
+        .boxed()
     }
 
     /// Moves a tranche to a new state, recording the fields the step learned.
@@ -531,9 +639,8 @@ impl Store {
     /// How many tranches holding a job's requests still have work left (cleanup included).
     pub async fn job_open_tranches(&self, id: JobId) -> StoreResult<u64> {
         let row = sqlx::query(
-            "SELECT COUNT(*) FROM tranches
-             WHERE state NOT IN ('done', 'failed')
-               AND id IN (SELECT DISTINCT tranche_id FROM requests WHERE job_id = ? AND tranche_id IS NOT NULL)",
+            "SELECT COUNT(*) FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+             WHERE j.job_id = ? AND t.state NOT IN ('done', 'failed')",
         )
         .bind(id.to_string())
         .fetch_one(&self.pool)
@@ -575,12 +682,11 @@ impl Store {
 
     /// The jobs with requests in a tranche.
     pub async fn jobs_of_tranche(&self, tranche: TrancheId) -> StoreResult<Vec<JobId>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT job_id FROM requests WHERE tranche_id = ? ORDER BY job_id",
-        )
-        .bind(tranche.to_string())
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("SELECT job_id FROM job_tranches WHERE tranche_id = ? ORDER BY job_id")
+                .bind(tranche.to_string())
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter()
             .map(|row| {
                 let id: String = row.try_get(0)?;
@@ -670,8 +776,7 @@ impl Store {
                 COALESCE(SUM(deleted_at IS NOT NULL), 0),
                 COALESCE(SUM(deleted_at IS NULL), 0)
              FROM provider_files
-             WHERE tranche_id IN (SELECT DISTINCT tranche_id FROM requests
-                                  WHERE job_id = ? AND tranche_id IS NOT NULL)",
+             WHERE tranche_id IN (SELECT tranche_id FROM job_tranches WHERE job_id = ?)",
         )
         .bind(id.to_string())
         .fetch_one(&self.pool)
@@ -688,8 +793,22 @@ impl Store {
 
     /// Starts recording a tranche's results, in one transaction.
     pub async fn begin_ingest(&self, tranche: TrancheId) -> StoreResult<IngestWriter> {
-        let tx = self.pool.begin().await?;
-        Ok(IngestWriter { tx, tranche: tranche.to_string() })
+        let mut tx = self.pool.begin().await?;
+        // Successes wait here, keyed (and so sorted) by request id, until they are applied to
+        // `requests` in one pass in id order. Temporary: private to this connection.
+        sqlx::query(
+            "CREATE TEMP TABLE IF NOT EXISTS ingest_successes (
+                request_id    INTEGER PRIMARY KEY,
+                attempt       INTEGER NOT NULL,
+                status_code   INTEGER NOT NULL,
+                input_tokens  INTEGER,
+                output_tokens INTEGER
+             )",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM temp.ingest_successes").execute(&mut *tx).await?;
+        Ok(IngestWriter { tx, tranche: tranche.to_string(), staged: false, finished_at: 0 })
     }
 }
 
@@ -729,40 +848,141 @@ impl TrancheUpdate {
     }
 }
 
-/// Records a job's requests inside one transaction.
+/// A request row waiting in a [`JobWriter`] for its multi-row insert.
+#[derive(Debug)]
+struct RequestRow {
+    id: i64,
+    line: i64,
+    custom_id: String,
+    wire_id: String,
+    endpoint: Endpoint,
+    model: String,
+    wire_bytes: i64,
+    input_hash: String,
+    max_attempts: i64,
+    est_tokens: i64,
+    accepted_at: i64,
+}
+
+/// Records a job's requests inside one transaction, many rows per statement.
 #[derive(Debug)]
 pub struct JobWriter {
     tx: Transaction<'static, Sqlite>,
-    job: JobId,
+    job: String,
     provider: ProviderKind,
     accepted: u64,
+    /// The id given to the last request added.
+    last_id: i64,
+    rows: Vec<RequestRow>,
+    bodies: Vec<(i64, String)>,
 }
 
 impl JobWriter {
     pub async fn add(&mut self, request: &NewRequest<'_>) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO requests (job_id, line, custom_id, wire_id, provider, endpoint, model, body,
-                                   wire_bytes, input_hash, state, max_attempts, est_tokens,
-                                   accepted_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-        )
-        .bind(self.job.to_string())
-        .bind(to_i64(request.line))
-        .bind(request.custom_id)
-        .bind(request.wire_id)
-        .bind(self.provider.as_str())
-        .bind(request.endpoint.as_str())
-        .bind(request.model)
-        .bind(request.body)
-        .bind(to_i64(request.wire_bytes))
-        .bind(request.input_hash)
-        .bind(i64::from(request.max_attempts))
-        .bind(to_i64(request.est_tokens))
-        .bind(request.accepted_at)
-        .execute(&mut *self.tx)
-        .await?;
+        self.last_id += 1;
+        self.rows.push(RequestRow {
+            id: self.last_id,
+            line: to_i64(request.line),
+            custom_id: request.custom_id.to_owned(),
+            wire_id: request.wire_id.to_owned(),
+            endpoint: request.endpoint,
+            model: request.model.to_owned(),
+            wire_bytes: to_i64(request.wire_bytes),
+            input_hash: request.input_hash.to_owned(),
+            max_attempts: i64::from(request.max_attempts),
+            est_tokens: to_i64(request.est_tokens),
+            accepted_at: request.accepted_at,
+        });
+        self.bodies.push((self.last_id, request.body.to_owned()));
         self.accepted += 1;
+        if self.rows.len() >= INSERT_ROWS {
+            self.flush().await?;
+        }
         Ok(())
+    }
+
+    /// Writes the buffered rows: one statement for the requests, one for their bodies. Fails
+    /// with [`StoreError::DuplicateCustomIds`], writing none of them, when any repeats a
+    /// custom id of the job; the job is then to be dropped, not committed.
+    pub async fn flush(&mut self) -> StoreResult<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        // Only full-size statements are worth keeping prepared; the last, shorter one of a
+        // job would only crowd the connection's statement cache.
+        let persistent = self.rows.len() == INSERT_ROWS;
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
+                                   wire_bytes, input_hash, state, max_attempts, est_tokens,
+                                   accepted_at) ",
+        );
+        let (job, provider) = (&self.job, self.provider.as_str());
+        insert.push_values(self.rows.iter(), |mut row, r| {
+            row.push_bind(r.id)
+                .push_bind(job.as_str())
+                .push_bind(r.line)
+                .push_bind(r.custom_id.as_str())
+                .push_bind(r.wire_id.as_str())
+                .push_bind(provider)
+                .push_bind(r.endpoint.as_str())
+                .push_bind(r.model.as_str())
+                .push_bind(r.wire_bytes)
+                .push_bind(r.input_hash.as_str())
+                .push("'pending'")
+                .push_bind(r.max_attempts)
+                .push_bind(r.est_tokens)
+                .push_bind(r.accepted_at);
+        });
+        match insert.build().persistent(persistent).execute(&mut *self.tx).await {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                let duplicates = self.duplicates().await?;
+                self.rows.clear();
+                self.bodies.clear();
+                return Err(StoreError::DuplicateCustomIds(duplicates));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.rows.clear();
+        let mut insert =
+            QueryBuilder::<Sqlite>::new("INSERT INTO request_bodies (request_id, body) ");
+        insert.push_values(self.bodies.drain(..), |mut row, (id, body)| {
+            row.push_bind(id).push_bind(body);
+        });
+        insert.build().persistent(persistent).execute(&mut *self.tx).await?;
+        Ok(())
+    }
+
+    /// The buffered rows whose custom id an earlier row of the job (stored, or buffered
+    /// before them) already has.
+    async fn duplicates(&mut self) -> StoreResult<Vec<DuplicateCustomId>> {
+        let mut select =
+            QueryBuilder::<Sqlite>::new("SELECT custom_id, line FROM requests WHERE job_id = ");
+        select.push_bind(self.job.as_str()).push(" AND custom_id IN (");
+        let mut ids = select.separated(", ");
+        for row in &self.rows {
+            ids.push_bind(row.custom_id.as_str());
+        }
+        select.push(")");
+        let stored = select.build().persistent(false).fetch_all(&mut *self.tx).await?;
+        let mut first: HashMap<&str, i64> = HashMap::with_capacity(self.rows.len());
+        for row in &stored {
+            first.insert(row.try_get(0)?, row.try_get(1)?);
+        }
+        let mut duplicates = Vec::new();
+        for row in &self.rows {
+            match first.get(row.custom_id.as_str()) {
+                Some(&line) => duplicates.push(DuplicateCustomId {
+                    line: to_u64(row.line),
+                    custom_id: row.custom_id.clone(),
+                    first_line: to_u64(line),
+                }),
+                None => {
+                    first.insert(row.custom_id.as_str(), row.line);
+                }
+            }
+        }
+        Ok(duplicates)
     }
 
     /// How many requests were added so far.
@@ -772,9 +992,10 @@ impl JobWriter {
 
     /// Makes the job and all its requests visible at once. Returns how many were accepted.
     pub async fn commit(mut self) -> StoreResult<u64> {
+        self.flush().await?;
         sqlx::query("UPDATE jobs SET accepted = ? WHERE id = ?")
             .bind(to_i64(self.accepted))
-            .bind(self.job.to_string())
+            .bind(&self.job)
             .execute(&mut *self.tx)
             .await?;
         self.tx.commit().await?;
@@ -787,6 +1008,10 @@ impl JobWriter {
 pub struct IngestWriter {
     tx: Transaction<'static, Sqlite>,
     tranche: String,
+    /// Successes are staged and not yet applied to `requests`.
+    staged: bool,
+    /// When the staged successes were recorded.
+    finished_at: i64,
 }
 
 impl IngestWriter {
@@ -794,6 +1019,7 @@ impl IngestWriter {
     /// no queued request of the tranche has that id (unknown, or already recorded).
     /// Where the queued request with `wire_id` in this tranche stands, if there is one.
     pub async fn attempt_info(&mut self, wire_id: &str) -> StoreResult<Option<AttemptInfo>> {
+        self.apply_staged().await?;
         let row = sqlx::query(
             "SELECT attempts, max_attempts, batch_returns FROM requests
              WHERE tranche_id = ? AND wire_id = ? AND state = 'queued'",
@@ -807,6 +1033,7 @@ impl IngestWriter {
 
     /// The tranche's requests that have no result yet, with where each stands.
     pub async fn unanswered(&mut self) -> StoreResult<Vec<(String, AttemptInfo)>> {
+        self.apply_staged().await?;
         let rows = sqlx::query(
             "SELECT attempts, max_attempts, batch_returns, wire_id FROM requests
              WHERE tranche_id = ? AND state = 'queued' ORDER BY id",
@@ -821,8 +1048,9 @@ impl IngestWriter {
     /// no queued request of the tranche has that id (unknown, or already recorded). A request
     /// whose new state is `pending` leaves the tranche and returns to the pool.
     pub async fn record(&mut self, wire_id: &str, update: &ResultUpdate<'_>) -> StoreResult<bool> {
+        self.apply_staged().await?;
         let row = sqlx::query(
-            "UPDATE requests SET state = ?1, output = ?2, error = ?3, input_tokens = ?4,
+            "UPDATE requests SET state = ?1, error = ?3, input_tokens = ?4,
                     output_tokens = ?5, finished_at = ?6,
                     attempts = attempts + ?7, batch_returns = batch_returns + (1 - ?7),
                     tranche_id = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_id END,
@@ -844,7 +1072,128 @@ impl IngestWriter {
         .await?;
         let Some(row) = row else { return Ok(false) };
         self.insert_attempt(&row, update).await?;
+        if let Some(output) = update.output {
+            let request_id: i64 = row.try_get(0)?;
+            sqlx::query(
+                "INSERT OR REPLACE INTO request_outputs (request_id, output) VALUES (?, ?)",
+            )
+            .bind(request_id)
+            .bind(output)
+            .execute(&mut *self.tx)
+            .await?;
+        }
         Ok(true)
+    }
+
+    /// Records successful result lines, many per statement: each request with that wire id
+    /// waiting in this tranche ends `succeeded` with the output, spending an attempt. A line
+    /// whose wire id matches no waiting request (unknown, or recorded already) changes
+    /// nothing. Returns how many lines were recorded.
+    ///
+    /// Outputs are appended as they come; the requests' own rows change in one pass in id
+    /// order when the writer next reads, records a failure or commits, so that results
+    /// arriving in random order do not make SQLite rewrite pages at random.
+    pub async fn record_successes(
+        &mut self,
+        lines: &mut Vec<Success>,
+        at: i64,
+    ) -> StoreResult<u64> {
+        self.finished_at = at;
+        let mut recorded = 0;
+        while !lines.is_empty() {
+            let rest = lines.split_off(lines.len().min(INGEST_ROWS));
+            let chunk = std::mem::replace(lines, rest);
+            recorded += self.stage_chunk(chunk).await?;
+        }
+        Ok(recorded)
+    }
+
+    async fn stage_chunk(&mut self, chunk: Vec<Success>) -> StoreResult<u64> {
+        let mut select = QueryBuilder::<Sqlite>::new(
+            "SELECT id, attempts, wire_id FROM requests WHERE tranche_id = ",
+        );
+        select.push_bind(self.tranche.as_str()).push(" AND state = 'queued' AND wire_id IN (");
+        let mut ids = select.separated(", ");
+        for line in &chunk {
+            ids.push_bind(line.wire_id.as_str());
+        }
+        select.push(") ORDER BY id");
+        // Bulk statements differ in length, so none is kept prepared (each holds a large
+        // program, and a connection's statement cache would keep dozens).
+        let rows = select.build().persistent(false).fetch_all(&mut *self.tx).await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        // The first line with a wire id is the one recorded (a later one, in this chunk or
+        // another, is ignored by the inserts below).
+        let mut by_wire_id: HashMap<&str, &Success> = HashMap::with_capacity(chunk.len());
+        for line in &chunk {
+            by_wire_id.entry(line.wire_id.as_str()).or_insert(line);
+        }
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let wire_id: &str = row.try_get(2)?;
+            let line = by_wire_id.get(wire_id).ok_or_else(|| {
+                StoreError::Corrupt(format!("recorded a result for unknown wire id {wire_id}"))
+            })?;
+            found.push((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)? + 1, *line));
+        }
+        let mut stage = QueryBuilder::<Sqlite>::new(
+            "INSERT OR IGNORE INTO temp.ingest_successes
+                (request_id, attempt, status_code, input_tokens, output_tokens) ",
+        );
+        stage.push_values(found.iter(), |mut row, (id, attempt, line)| {
+            row.push_bind(*id)
+                .push_bind(*attempt)
+                .push_bind(i64::from(line.status_code))
+                .push_bind(line.input_tokens.map(to_i64))
+                .push_bind(line.output_tokens.map(to_i64));
+        });
+        let staged = stage.build().persistent(false).execute(&mut *self.tx).await?.rows_affected();
+        let mut outputs = QueryBuilder::<Sqlite>::new(
+            "INSERT OR IGNORE INTO request_outputs (request_id, output) ",
+        );
+        outputs.push_values(found.iter(), |mut row, (id, _, line)| {
+            row.push_bind(*id).push_bind(line.output.as_str());
+        });
+        outputs.build().persistent(false).execute(&mut *self.tx).await?;
+        self.staged = true;
+        Ok(staged)
+    }
+
+    async fn apply_staged(&mut self) -> StoreResult<()> {
+        let at = self.finished_at;
+        self.apply_staged_at(at).await
+    }
+
+    /// Applies the staged successes to `requests` and `attempts`, in request id order.
+    async fn apply_staged_at(&mut self, at: i64) -> StoreResult<()> {
+        if !self.staged {
+            return Ok(());
+        }
+        sqlx::query(
+            "UPDATE requests SET state = 'succeeded', error = NULL, not_before = 0, finished_at = ?,
+                attempts = (SELECT attempt FROM temp.ingest_successes AS s WHERE s.request_id = requests.id),
+                input_tokens = (SELECT input_tokens FROM temp.ingest_successes AS s WHERE s.request_id = requests.id),
+                output_tokens = (SELECT output_tokens FROM temp.ingest_successes AS s WHERE s.request_id = requests.id)
+             WHERE id IN (SELECT request_id FROM temp.ingest_successes)",
+        )
+        .bind(at)
+        .execute(&mut *self.tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, created_at)
+             SELECT request_id, attempt, ?, 'succeeded', status_code, ? FROM temp.ingest_successes
+             WHERE true
+             ON CONFLICT (request_id, tranche_id) DO NOTHING",
+        )
+        .bind(&self.tranche)
+        .bind(at)
+        .execute(&mut *self.tx)
+        .await?;
+        sqlx::query("DELETE FROM temp.ingest_successes").execute(&mut *self.tx).await?;
+        self.staged = false;
+        Ok(())
     }
 
     async fn insert_attempt(
@@ -873,6 +1222,7 @@ impl IngestWriter {
 
     /// Makes all recorded results visible at once, and moves the tranche to `next`.
     pub async fn commit(mut self, next: TrancheState, at: i64) -> StoreResult<()> {
+        self.apply_staged_at(at).await?;
         sqlx::query("UPDATE tranches SET state = ?, updated_at = ?, not_before = ? WHERE id = ?")
             .bind(next.as_str())
             .bind(at)
@@ -941,4 +1291,54 @@ fn tranche_from_row(row: &SqliteRow) -> StoreResult<TrancheRecord> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database made by the first schema, with a finished request and a waiting one, keeps
+    /// their bodies, output and tranche links through the second migration.
+    #[tokio::test]
+    async fn the_lean_requests_migration_keeps_bodies_outputs_and_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("old.db"))
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+        let mut first = migrator();
+        first.migrations.to_mut().truncate(1);
+        first.run(&pool).await.unwrap();
+        for sql in [
+            "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at)
+             VALUES ('job_1', 'openai', 'running', '{}', 2, 1, 1)",
+            "INSERT INTO tranches (id, provider, endpoint, model, state, request_count, bytes,
+                                   created_at, updated_at)
+             VALUES ('tr_1', 'openai', '/v1/chat/completions', 'm', 'done', 1, 10, 1, 1)",
+            "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
+                                   body, wire_bytes, input_hash, state, tranche_id, max_attempts,
+                                   est_tokens, accepted_at, output)
+             VALUES (1, 'job_1', 1, 'a', 'a', 'openai', '/v1/chat/completions', 'm', '{\"x\":1}',
+                     10, 'h', 'succeeded', 'tr_1', 3, 1, 1, '{\"ok\":1}'),
+                    (2, 'job_1', 2, 'b', 'b', 'openai', '/v1/chat/completions', 'm', '{\"x\":2}',
+                     10, 'h', 'pending', NULL, 3, 1, 1, NULL)",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        migrator().run(&pool).await.unwrap();
+        let row = sqlx::query(
+            "SELECT (SELECT group_concat(body, ';') FROM request_bodies),
+                    (SELECT group_concat(request_id || '=' || output, ';') FROM request_outputs),
+                    (SELECT group_concat(job_id || '>' || tranche_id, ';') FROM job_tranches)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let got: (String, String, String) =
+            (row.try_get(0).unwrap(), row.try_get(1).unwrap(), row.try_get(2).unwrap());
+        assert_eq!(got.0, r#"{"x":1};{"x":2}"#);
+        assert_eq!(got.1, r#"1={"ok":1}"#);
+        assert_eq!(got.2, "job_1>tr_1");
+    }
 }

@@ -50,6 +50,107 @@ async fn add_job(store: &Store, n: u64, model: &str) -> JobId {
     id
 }
 
+/// Every waiting request of model `model`, paged as the planner pages them.
+async fn pending_ids(store: &Store, model: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    loop {
+        let after = ids.last().copied().unwrap_or(0);
+        let page = store
+            .pending_page(
+                ProviderKind::Openai,
+                (Endpoint::ChatCompletions, model),
+                i64::MAX,
+                after,
+                7,
+            )
+            .await
+            .unwrap();
+        if page.is_empty() {
+            return ids;
+        }
+        ids.extend(page.iter().map(|i| i.request_id));
+    }
+}
+
+async fn claim_all(store: &Store, model: &str) -> (TrancheId, Vec<i64>) {
+    let ids = pending_ids(store, model).await;
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        est_tokens: 0,
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: model.into(),
+        bytes: 0,
+        created_at: 1,
+    };
+    store.create_tranche(&tranche, &ids).await.unwrap();
+    (tranche.id, ids)
+}
+
+fn success(wire_id: &str, output: &str) -> Success {
+    Success {
+        wire_id: wire_id.into(),
+        status_code: 200,
+        output: output.into(),
+        input_tokens: Some(2),
+        output_tokens: Some(3),
+    }
+}
+
+#[tokio::test]
+async fn many_requests_are_written_in_order_across_statements() {
+    let (_dir, store) = store().await;
+    let first = add_job(&store, 1_000, "m").await;
+    let second = add_job(&store, 3, "m").await;
+    let ids = pending_ids(&store, "m").await;
+    assert_eq!(ids.len(), 1_003);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids ascend in input order");
+    let groups = store.pending_groups(ProviderKind::Openai, i64::MAX).await.unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!((groups[0].count, groups[0].oldest_accepted_at), (1_003, 100));
+    assert_eq!(store.job_counts(first).await.unwrap().pending, 1_000);
+    assert_eq!(store.job_counts(second).await.unwrap().pending, 3);
+    let (tranche, _) = claim_all(&store, "m").await;
+    use futures::TryStreamExt;
+    let lines: Vec<InputLine> = store.tranche_input(tranche).try_collect().await.unwrap();
+    assert_eq!(lines.len(), 1_003);
+    assert!(lines.windows(2).all(|w| w[0].wire_id <= w[1].wire_id), "in wire id order");
+    assert_eq!(lines.iter().filter(|l| l.wire_id == "k0:t:v1").count(), 2, "one of each job");
+    assert!(lines.iter().any(|l| l.wire_id == "k999:t:v1"));
+    assert!(lines.iter().all(|l| l.body == r#"{"model":"m"}"#));
+}
+
+#[tokio::test]
+async fn successes_are_recorded_in_bulk_once_each() {
+    let (_dir, store) = store().await;
+    let job = add_job(&store, 1_200, "m").await;
+    let (tranche, _) = claim_all(&store, "m").await;
+    let mut writer = store.begin_ingest(tranche).await.unwrap();
+    // More lines than one statement takes, an unknown id and a repeated one.
+    let mut lines: Vec<Success> =
+        (0..1_100).map(|i| success(&format!("k{i}:t:v1"), &format!(r#"{{"n": {i}}}"#))).collect();
+    lines.push(success("nope", "{}"));
+    lines.push(success("k5:t:v1", r#"{"again":true}"#));
+    assert_eq!(writer.record_successes(&mut lines, 9).await.unwrap(), 1_100);
+    assert!(lines.is_empty());
+    let mut again = vec![success("k7:t:v1", "{}")];
+    assert_eq!(writer.record_successes(&mut again, 9).await.unwrap(), 0, "recorded already");
+    assert_eq!(writer.unanswered().await.unwrap().len(), 100);
+    writer.commit(TrancheState::Cleaning, 9).await.unwrap();
+
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.succeeded, counts.queued), (1_100, 100));
+    assert_eq!(
+        store.job_tokens(job).await.unwrap(),
+        TokenTotals { input_tokens: 2_200, output_tokens: 3_300 }
+    );
+    use futures::TryStreamExt;
+    let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    assert_eq!(rows[5].output.as_deref(), Some(r#"{"n": 5}"#), "the first line for an id wins");
+    assert_eq!(rows[1_099].output.as_deref(), Some(r#"{"n": 1099}"#));
+    assert_eq!(rows[1_100].output, None);
+}
+
 #[tokio::test]
 async fn a_dropped_job_writer_stores_nothing() {
     let (_dir, store) = store().await;
@@ -75,7 +176,7 @@ async fn a_dropped_job_writer_stores_nothing() {
     drop(writer);
     assert!(store.job(id).await.unwrap().is_none());
     assert!(store.recent_jobs(10).await.unwrap().is_empty());
-    assert!(store.pending_items(ProviderKind::Openai, i64::MAX).await.unwrap().is_empty());
+    assert!(pending_ids(&store, "m").await.is_empty());
 }
 
 #[tokio::test]
@@ -94,8 +195,7 @@ async fn a_committed_job_is_pending_with_its_counts() {
 async fn requests_are_claimed_into_one_tranche_only() {
     let (_dir, store) = store().await;
     let id = add_job(&store, 4, "m").await;
-    let items = store.pending_items(ProviderKind::Openai, i64::MAX).await.unwrap();
-    let ids: Vec<i64> = items.iter().map(|i| i.request_id).collect();
+    let ids = pending_ids(&store, "m").await;
     let first = NewTranche {
         id: TrancheId::new(),
         est_tokens: 0,
@@ -111,20 +211,14 @@ async fn requests_are_claimed_into_one_tranche_only() {
     assert_eq!(store.tranche(second.id).await.unwrap().unwrap().request_count, 0);
     assert_eq!(store.tranche(first.id).await.unwrap().unwrap().request_count, 4);
     assert_eq!(store.job(id).await.unwrap().unwrap().state, JobState::Running);
-    assert!(store.pending_items(ProviderKind::Openai, i64::MAX).await.unwrap().is_empty());
+    assert!(pending_ids(&store, "m").await.is_empty());
 }
 
 #[tokio::test]
 async fn results_are_recorded_once_and_the_rest_in_bulk() {
     let (_dir, store) = store().await;
     let job = add_job(&store, 3, "m").await;
-    let ids: Vec<i64> = store
-        .pending_items(ProviderKind::Openai, i64::MAX)
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.request_id)
-        .collect();
+    let ids = pending_ids(&store, "m").await;
     let tranche = NewTranche {
         id: TrancheId::new(),
         est_tokens: 0,
@@ -195,13 +289,7 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
 async fn provider_files_are_tracked_until_deleted() {
     let (_dir, store) = store().await;
     let job = add_job(&store, 1, "m").await;
-    let ids: Vec<i64> = store
-        .pending_items(ProviderKind::Openai, i64::MAX)
-        .await
-        .unwrap()
-        .iter()
-        .map(|i| i.request_id)
-        .collect();
+    let ids = pending_ids(&store, "m").await;
     let tranche = NewTranche {
         id: TrancheId::new(),
         est_tokens: 0,
