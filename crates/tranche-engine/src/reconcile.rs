@@ -959,7 +959,7 @@ impl Engine {
         let now = unix_now();
         let mut writer = self.store.begin_ingest(tranche.id).await?;
         /// Successful lines recorded per call; failures are few and kept until the end.
-        const SUCCESS_CHUNK: usize = 2_048;
+        const SUCCESS_CHUNK: usize = 512;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
         let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
         let mut failures = Vec::new();

@@ -39,7 +39,7 @@ fn migrator() -> Migrator {
 const INSERT_ROWS: usize = 256;
 
 /// Result lines recorded per statement at ingest.
-const INGEST_ROWS: usize = 2_048;
+const INGEST_ROWS: usize = 512;
 
 /// The store. Cheap to clone; clones share one connection pool.
 #[derive(Debug, Clone)]
