@@ -21,24 +21,26 @@ pub struct InputHash([u8; 32]);
 
 impl InputHash {
     pub fn compute(provider: ProviderKind, endpoint: Endpoint, body: &Value) -> Self {
-        let mut hasher = HashWriter(Sha256::new());
-        // The wrapper object's keys are already in sorted order.
-        let _ = write!(hasher, "{{\"body\":");
-        write_canonical(&mut hasher, body);
-        let _ = write!(hasher, ",\"endpoint\":");
-        write_json_string(&mut hasher, endpoint.as_str());
-        let _ = write!(hasher, ",\"provider\":");
-        write_json_string(&mut hasher, provider.as_str());
-        let _ = write!(hasher, "}}");
-        Self(hasher.0.finalize().into())
+        Self::digest(provider, endpoint, |hasher| write_canonical(hasher, body))
     }
 
     /// The same hash as [`InputHash::compute`], from a body already in canonical JSON (as
     /// [`canonical_json`] writes it), so that a body serialised once serves both.
     pub fn of_canonical(provider: ProviderKind, endpoint: Endpoint, canonical_body: &str) -> Self {
+        Self::digest(provider, endpoint, |hasher| {
+            let _ = hasher.write_all(canonical_body.as_bytes());
+        })
+    }
+
+    fn digest(
+        provider: ProviderKind,
+        endpoint: Endpoint,
+        write_body: impl FnOnce(&mut HashWriter),
+    ) -> Self {
         let mut hasher = HashWriter(Sha256::new());
+        // The wrapper object's keys are already in sorted order.
         let _ = write!(hasher, "{{\"body\":");
-        let _ = hasher.write_all(canonical_body.as_bytes());
+        write_body(&mut hasher);
         let _ = write!(hasher, ",\"endpoint\":");
         write_json_string(&mut hasher, endpoint.as_str());
         let _ = write!(hasher, ",\"provider\":");

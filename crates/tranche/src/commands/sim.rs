@@ -39,7 +39,8 @@ pub async fn run(args: SimArgs) -> CmdResult {
     let server = handle.wait();
     tokio::select! {
         result = server => result.context("the simulator stopped").map_err(Exit::from)?,
-        _ = tokio::signal::ctrl_c() => {}
+        // Returning drops the simulator, which removes its spool folder.
+        () = super::worker::shutdown_signal() => {}
     }
     Ok(ExitCode::SUCCESS)
 }

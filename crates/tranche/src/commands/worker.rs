@@ -24,7 +24,7 @@ pub async fn run(global: &Global, args: WorkerArgs) -> CmdResult {
 }
 
 /// ctrl-c, or SIGTERM on Unix.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

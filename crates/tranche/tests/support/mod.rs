@@ -15,6 +15,9 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_tranche");
 /// A `tranche sim` child process, killed when dropped.
 pub struct Sim {
     pub child: Child,
+    /// The child's temporary directory, where its spool folder goes: a killed simulator
+    /// cannot remove its own, so this removes it after the kill.
+    _tmp: tempfile::TempDir,
     pub openai: String,
     pub azure: String,
     pub anthropic: String,
@@ -22,7 +25,9 @@ pub struct Sim {
 
 impl Sim {
     pub fn start(extra: &[&str]) -> Sim {
+        let tmp = tempfile::tempdir().unwrap();
         let mut child = Command::new(BIN)
+            .env("TMPDIR", tmp.path())
             .args(["sim", "--port", "0"])
             .args(if extra.contains(&"--speed") { &[][..] } else { &["--speed", "200"][..] })
             .args(extra)
@@ -45,6 +50,7 @@ impl Sim {
         std::thread::spawn(move || for _ in lines {});
         Sim {
             child,
+            _tmp: tmp,
             openai: urls["openai"].clone(),
             azure: urls["azure"].clone(),
             anthropic: urls["anthropic"].clone(),
