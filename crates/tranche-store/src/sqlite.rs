@@ -94,7 +94,11 @@ impl Store {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .foreign_keys(true)
-        .busy_timeout(Duration::from_secs(30));
+        .busy_timeout(Duration::from_secs(30))
+        // The bundled SQLite keeps temporary files (statement journals, temporary tables,
+        // sorts) in memory by default; a statement over a whole tranche would then hold
+        // megabytes. On disk they are bounded by the page cache like everything else.
+        .pragma("temp_store", "file");
         let pool = SqlitePoolOptions::new()
             // An in-memory database lives in one connection.
             .max_connections(if in_memory { 1 } else { 4 })
