@@ -127,15 +127,19 @@ impl TestSim {
     }
 
     pub async fn content(&self, file_id: &str) -> String {
-        let res = self
-            .client
+        let res = self.content_response(file_id).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        res.text().await.unwrap()
+    }
+
+    /// The answer to a file download, unread (to check headers or stream the body).
+    pub async fn content_response(&self, file_id: &str) -> reqwest::Response {
+        self.client
             .get(format!("{}/files/{file_id}/content", self.base))
             .bearer_auth(KEY)
             .send()
             .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-        res.text().await.unwrap()
+            .unwrap()
     }
 
     /// Uploads `content` and creates a chat-completions batch from it.

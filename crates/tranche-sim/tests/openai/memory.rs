@@ -92,13 +92,7 @@ async fn peak_memory_does_not_grow_with_lines() {
         let b = t.batch(batch["id"].as_str().unwrap()).await;
         assert_eq!(b["status"], "completed", "{b}");
         let out_id = b["output_file_id"].as_str().unwrap();
-        let mut res = t
-            .client
-            .get(format!("{}/files/{out_id}/content", t.base))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap();
+        let mut res = t.content_response(out_id).await;
         while let Some(chunk) = res.chunk().await.unwrap() {
             output_bytes += chunk.len() as u64;
             output_lines += chunk.iter().filter(|b| **b == b'\n').count();

@@ -8,7 +8,7 @@ use std::path::Path;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{KEY, TestSim, chat_line, frozen, jsonl};
+use crate::helpers::{TestSim, chat_line, frozen, jsonl};
 
 /// Spool files by kind (`upload`, `result`, `index`, `ledger`, ...) with their sizes on disk.
 fn spool_files(dir: &Path) -> BTreeMap<String, Vec<u64>> {
@@ -63,13 +63,7 @@ async fn contents_live_on_disk_and_leave_it_when_deleted() {
     // The download is streamed from disk with its exact length.
     let (_, meta) = t.get(&format!("/files/{out_id}")).await;
     let bytes = meta["bytes"].as_u64().unwrap();
-    let res = t
-        .client
-        .get(format!("{}/files/{out_id}/content", t.base))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .unwrap();
+    let res = t.content_response(&out_id).await;
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.content_length(), Some(bytes));
     let text = res.text().await.unwrap();
