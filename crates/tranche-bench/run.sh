@@ -5,7 +5,7 @@
 #
 # A run at 1,000,000 requests of about 1 KB writes about 1 GB of input and, with the database,
 # raw results and WAL, needs about 6 GB free under BENCH_DIR (default: target/bench-tmp), which is
-# removed afterwards.
+# removed afterwards; the simulator's spool folder (about 2 GB at that size) goes under TMPDIR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
