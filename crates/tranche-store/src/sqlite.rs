@@ -1113,6 +1113,8 @@ impl IngestWriter {
     }
 
     async fn stage_chunk(&mut self, chunk: Vec<Success>) -> StoreResult<u64> {
+        // An IN list is looked up entry by entry in `requests_by_tranche`; SQLite 3.51 plans an
+        // `UPDATE ... FROM (VALUES ...)` joined on the wire id as a scan of the tranche per line.
         let mut select = QueryBuilder::<Sqlite>::new(
             "SELECT id, attempts, wire_id FROM requests WHERE tranche_id = ",
         );
@@ -1175,6 +1177,8 @@ impl IngestWriter {
         if !self.staged {
             return Ok(());
         }
+        // `id IN (SELECT ...)` walks the staged ids in order and seeks each row; an
+        // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
         sqlx::query(
             "UPDATE requests SET state = 'succeeded', error = NULL, not_before = 0, finished_at = ?,
                 attempts = (SELECT attempt FROM temp.ingest_successes AS s WHERE s.request_id = requests.id),
