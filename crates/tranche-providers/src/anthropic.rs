@@ -22,6 +22,7 @@ use crate::jsonl::{write_json_string, write_raw_one_line};
 use crate::oai;
 use crate::provider::Provider;
 use crate::time::{opt_timestamp, timestamp};
+use crate::types::WirePage;
 use crate::types::{
     BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, InputTransport, LineError,
     LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
@@ -330,14 +331,8 @@ impl Provider for AnthropicProvider {
                 query.append_pair("after_id", after.as_str());
             }
         }
-        let list: WireList = self.call(Method::GET, url, true).await?;
-        let data: Vec<RemoteBatch> = list.data.into_iter().map(RemoteBatch::from).collect();
-        let last_id = list
-            .last_id
-            .filter(|id| !id.is_empty())
-            .map(BatchId::new)
-            .or_else(|| data.last().map(|batch| batch.id.clone()));
-        Ok(BatchPage { data, has_more: list.has_more.unwrap_or(false), last_id })
+        let list: WirePage<WireMessageBatch> = self.call(Method::GET, url, true).await?;
+        Ok(list.into_page())
     }
 
     async fn cancel_batch(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError> {
@@ -594,16 +589,6 @@ struct WireErrorObject {
     kind: Option<String>,
     #[serde(default)]
     message: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct WireList {
-    #[serde(default)]
-    data: Vec<WireMessageBatch>,
-    #[serde(default)]
-    has_more: Option<bool>,
-    #[serde(default)]
-    last_id: Option<String>,
 }
 
 /// `processing_status`.

@@ -22,6 +22,7 @@ use crate::error::{
 use crate::http::{self, RetryPolicy};
 use crate::jsonl::{write_json_string, write_raw_one_line};
 use crate::time::{opt_timestamp, timestamp};
+use crate::types::WirePage;
 use crate::types::{
     BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, LineError,
     LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
@@ -373,14 +374,8 @@ impl OaiClient {
                 query.append_pair("after", after.as_str());
             }
         }
-        let list: WireList = self.call_json(Method::GET, url, NO_BODY, true).await?;
-        let data: Vec<RemoteBatch> = list.data.into_iter().map(RemoteBatch::from).collect();
-        let last_id = list
-            .last_id
-            .filter(|id| !id.is_empty())
-            .map(BatchId::new)
-            .or_else(|| data.last().map(|batch| batch.id.clone()));
-        Ok(BatchPage { data, has_more: list.has_more.unwrap_or(false), last_id })
+        let list: WirePage<WireBatch> = self.call_json(Method::GET, url, NO_BODY, true).await?;
+        Ok(list.into_page())
     }
 
     /// Asks for cancellation. Never retried.
@@ -593,16 +588,6 @@ pub(crate) struct WireCreateBatch<'a> {
 struct WireExpiresAfter {
     anchor: &'static str,
     seconds: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct WireList {
-    #[serde(default)]
-    data: Vec<WireBatch>,
-    #[serde(default)]
-    has_more: Option<bool>,
-    #[serde(default)]
-    last_id: Option<String>,
 }
 
 /// A batch object, read leniently (Azure's quirks included).

@@ -160,6 +160,30 @@ pub struct BatchPage {
     pub last_id: Option<BatchId>,
 }
 
+/// A page of batches as both wire formats list them (`data`, `has_more`, `last_id`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct WirePage<T> {
+    #[serde(default = "Vec::new")]
+    data: Vec<T>,
+    #[serde(default)]
+    has_more: Option<bool>,
+    #[serde(default)]
+    last_id: Option<String>,
+}
+
+impl<T: Into<RemoteBatch>> WirePage<T> {
+    /// The page, with the last batch's id as the cursor when the provider sent none.
+    pub(crate) fn into_page(self) -> BatchPage {
+        let data: Vec<RemoteBatch> = self.data.into_iter().map(Into::into).collect();
+        let last_id = self
+            .last_id
+            .filter(|id| !id.is_empty())
+            .map(BatchId::new)
+            .or_else(|| data.last().map(|batch| batch.id.clone()));
+        BatchPage { data, has_more: self.has_more.unwrap_or(false), last_id }
+    }
+}
+
 /// How a provider takes a batch's requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1167,13 +1167,9 @@ impl IngestWriter {
         Ok(staged)
     }
 
+    /// Applies the staged successes to `requests` and `attempts`, in request id order.
     async fn apply_staged(&mut self) -> StoreResult<()> {
         let at = self.finished_at;
-        self.apply_staged_at(at).await
-    }
-
-    /// Applies the staged successes to `requests` and `attempts`, in request id order.
-    async fn apply_staged_at(&mut self, at: i64) -> StoreResult<()> {
         if !self.staged {
             return Ok(());
         }
@@ -1230,7 +1226,7 @@ impl IngestWriter {
 
     /// Makes all recorded results visible at once, and moves the tranche to `next`.
     pub async fn commit(mut self, next: TrancheState, at: i64) -> StoreResult<()> {
-        self.apply_staged_at(at).await?;
+        self.apply_staged().await?;
         sqlx::query("UPDATE tranches SET state = ?, updated_at = ?, not_before = ? WHERE id = ?")
             .bind(next.as_str())
             .bind(at)

@@ -6,18 +6,15 @@ use tokio_util::sync::CancellationToken;
 use tranche_engine::Until;
 
 use crate::args::{CancelArgs, Global};
-use crate::commands::status::parse_job;
+use crate::commands::status::find_job;
 use crate::context;
 use crate::exit::{CmdResult, Exit};
 use crate::render;
 
 pub async fn run(global: &Global, args: CancelArgs) -> CmdResult {
     let store = context::open_store(global).await?;
-    let id = parse_job(&args.job)?;
-    let job = store
-        .job(id)
-        .await?
-        .ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))?;
+    let job = find_job(&store, &args.job).await?;
+    let id = job.id;
     if job.state.is_terminal() {
         return Err(Exit::usage(anyhow::anyhow!("job {id} has already ended ({})", job.state)));
     }

@@ -4,18 +4,14 @@ use std::process::ExitCode;
 
 use crate::args::{Global, ResultsArgs};
 use crate::commands::run::write_results_file;
-use crate::commands::status::parse_job;
+use crate::commands::status::find_job;
 use crate::context;
-use crate::exit::{CmdResult, Exit};
+use crate::exit::CmdResult;
 use crate::render;
 
 pub async fn run(global: &Global, args: ResultsArgs) -> CmdResult {
     let store = context::open_store(global).await?;
-    let id = parse_job(&args.job)?;
-    let job = store
-        .job(id)
-        .await?
-        .ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))?;
+    let job = find_job(&store, &args.job).await?;
     match &args.out {
         Some(out) => {
             write_results_file(&store, &job, out).await?;

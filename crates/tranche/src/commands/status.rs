@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use tranche_core::JobId;
+use tranche_store::{JobRecord, Store};
 
 use crate::args::{Global, StatusArgs};
 use crate::context;
@@ -13,6 +14,12 @@ use crate::render;
 pub fn parse_job(text: &str) -> Result<JobId, Exit> {
     text.parse::<JobId>()
         .map_err(|e| Exit::usage(anyhow::anyhow!("{e} (job ids look like job_0195…)")))
+}
+
+/// The stored job a command-line argument names; a usage error when there is none.
+pub async fn find_job(store: &Store, text: &str) -> Result<JobRecord, Exit> {
+    let id = parse_job(text)?;
+    store.job(id).await?.ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))
 }
 
 pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
@@ -55,11 +62,7 @@ pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
         render::println(&table.to_string());
         return Ok(ExitCode::SUCCESS);
     };
-    let id = parse_job(&job)?;
-    let job = store
-        .job(id)
-        .await?
-        .ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))?;
+    let job = find_job(&store, &job).await?;
     let status = render::job_status(&store, &job).await?;
     if args.json {
         render::println(&status.to_string());
