@@ -1,5 +1,6 @@
 //! tranche's domain: identities, fingerprints, input parsing and tranche planning; does no IO.
 
+pub mod codec;
 pub mod hash;
 pub mod ids;
 pub mod input;

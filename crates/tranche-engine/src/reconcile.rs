@@ -18,9 +18,10 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+use tranche_core::codec;
 use tranche_core::plan::{GroupKey, PlanItem, PlannedTranche, Planner, TrancheLimits};
 use tranche_core::{
-    CustomId, Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
+    Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
 };
 use tranche_providers::{
     BatchId, BatchInput, BatchStatus, CreateBatch, FileId, InputTransport, LineError, LineOutcome,
@@ -149,23 +150,6 @@ pub struct Engine {
     store: Store,
     providers: Providers,
     config: EngineConfig,
-}
-
-/// The id a provider sees for a request.
-///
-/// OpenAI and Azure take tranche's custom id as it is. Anthropic allows only
-/// `^[a-zA-Z0-9_-]{1,64}$`, so its wire id is derived: `t` and the first 40 hex digits of the
-/// SHA-256 of the custom id (160 bits: deterministic, and collision-free in practice). The
-/// mapping is stored with the request; users never see wire ids.
-pub(crate) fn wire_id(provider: ProviderKind, custom_id: &CustomId) -> String {
-    match provider {
-        ProviderKind::Openai | ProviderKind::Azure => custom_id.as_str().to_owned(),
-        ProviderKind::Anthropic => {
-            use sha2::Digest as _;
-            let digest = sha2::Sha256::digest(custom_id.as_str().as_bytes());
-            format!("t{}", &hex::encode(digest)[..40])
-        }
-    }
 }
 
 /// A hash of a wire id, to tell duplicates apart while planning without keeping the ids.
@@ -802,7 +786,7 @@ impl Engine {
             let body = RawValue::from_string(line.body).map_err(|e| {
                 EngineError::Store(tranche_store::StoreError::Corrupt(format!("request body: {e}")))
             })?;
-            provider.write_input_line(&mut buf, &line.wire_id, line.endpoint, &body);
+            codec::write_input_line(provider.kind(), &mut buf, &line.wire_id, line.endpoint, &body);
             out.write_all(&buf).await.map_err(EngineError::io("writing", path))?;
         }
         out.flush().await.map_err(EngineError::io("writing", path))?;
@@ -1237,22 +1221,5 @@ impl From<EngineError> for StepError {
 impl From<tranche_store::StoreError> for StepError {
     fn from(e: tranche_store::StoreError) -> Self {
         Self::Engine(EngineError::Store(e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn anthropic_wire_ids_fit_the_pattern_and_are_deterministic() {
-        let a = CustomId::parse("acme::ticket:84291:intent:v3").unwrap();
-        let b = CustomId::parse("acme::ticket:84291:intent:v4").unwrap();
-        let wire = wire_id(ProviderKind::Anthropic, &a);
-        assert_eq!(wire.len(), 41);
-        assert!(wire.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
-        assert_eq!(wire, wire_id(ProviderKind::Anthropic, &a));
-        assert_ne!(wire, wire_id(ProviderKind::Anthropic, &b));
-        assert_eq!(wire_id(ProviderKind::Openai, &a), a.as_str());
     }
 }

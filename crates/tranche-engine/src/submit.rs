@@ -3,14 +3,15 @@
 
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tranche_core::JobId;
+use tranche_core::codec::{input_line_len, wire_id};
 use tranche_core::input::{
     ErrorCollector, InputError, InputOptions, InputParser, Rejected, duplicate,
 };
 use tranche_core::plan::TrancheLimits;
-use tranche_core::{JobId, ProviderKind};
 use tranche_store::{NewJob, NewRequest, StoreError};
 
-use crate::reconcile::{Engine, wire_id};
+use crate::reconcile::Engine;
 
 /// A job accepted durably.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +30,6 @@ pub enum SubmitError {
     Read(#[source] std::io::Error),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("no {0} provider is configured")]
-    ProviderNotConfigured(ProviderKind),
 }
 
 impl Engine {
@@ -44,10 +43,6 @@ impl Engine {
         settings: serde_json::Value,
     ) -> Result<Submitted, SubmitError> {
         let provider_kind = options.provider;
-        let provider = self
-            .providers()
-            .get(provider_kind)
-            .ok_or(SubmitError::ProviderNotConfigured(provider_kind))?;
         let limits = self.config().limits(provider_kind);
         let accepted_at = crate::unix_now();
         let max_attempts = settings
@@ -103,7 +98,6 @@ impl Engine {
                 continue;
             }
             let wire = wire_id(provider_kind, &request.custom_id);
-            line_buf.clear();
             let body = serde_json::from_str::<&RawValue>(&request.body).map_err(|e| {
                 SubmitError::Rejected(Rejected {
                     errors: vec![InputError {
@@ -114,8 +108,9 @@ impl Engine {
                     total: 1,
                 })
             })?;
-            provider.write_input_line(&mut line_buf, &wire, request.endpoint, body);
-            let wire_bytes = line_buf.len() as u64;
+            // Measured, not sent: encoding is pure, so submitting needs no credentials.
+            let wire_bytes =
+                input_line_len(provider_kind, &wire, request.endpoint, body, &mut line_buf);
             if let Err(e) = fits(limits, wire_bytes, request.line) {
                 errors.push(e);
                 continue;

@@ -18,7 +18,6 @@ use crate::error::{
     ConfigError, ErrorKind, LineParseError, UpstreamError, error_type_is_retryable,
 };
 use crate::http::{self, RetryPolicy};
-use crate::jsonl::{write_json_string, write_raw_one_line};
 use crate::oai;
 use crate::provider::Provider;
 use crate::time::{opt_timestamp, timestamp};
@@ -255,16 +254,6 @@ impl Provider for AnthropicProvider {
     }
 
     /// `{"custom_id": wire_id, "params": body}` and a newline; the endpoint is always Messages.
-    fn write_input_line(
-        &self,
-        out: &mut Vec<u8>,
-        wire_id: &str,
-        _endpoint: Endpoint,
-        body: &RawValue,
-    ) {
-        write_anthropic_input_line(out, wire_id, body);
-    }
-
     async fn upload_batch_file(
         &self,
         _tranche: TrancheId,
@@ -386,15 +375,6 @@ impl Provider for AnthropicProvider {
     fn parse_result_line(&self, line: &str) -> Result<ResultLine, LineParseError> {
         parse_anthropic_result_line(line)
     }
-}
-
-/// Appends `{"custom_id":<wire id>,"params":<body>}` and a newline.
-fn write_anthropic_input_line(out: &mut Vec<u8>, wire_id: &str, body: &RawValue) {
-    out.extend_from_slice(b"{\"custom_id\":");
-    write_json_string(out, wire_id);
-    out.extend_from_slice(b",\"params\":");
-    write_raw_one_line(out, body);
-    out.extend_from_slice(b"}\n");
 }
 
 /// A line without its line end (`\n`, `\r\n`).
@@ -849,20 +829,9 @@ mod tests {
     }
 
     #[test]
-    fn input_line_shape() {
-        let body = RawValue::from_string(
-            "{\"model\":\"claude-3-5-haiku-latest\",\n\"max_tokens\":16,\"messages\":[{\"role\":\"user\",\"content\":\"a\\nb\"}]}".into(),
-        )
-        .unwrap();
-        let mut out = Vec::new();
-        provider().write_input_line(&mut out, "w_1-A", Endpoint::AnthropicMessages, &body);
-        assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1);
-        assert!(out.ends_with(b"}\n"));
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["custom_id"], "w_1-A");
-        assert_eq!(v["params"]["messages"][0]["content"], "a\nb");
-        assert_eq!(v.as_object().unwrap().len(), 2);
+    fn batches_carry_their_requests_inline() {
         assert_eq!(provider().transport(), InputTransport::Inline);
+        assert!(!provider().has_batch_metadata());
     }
 
     #[tokio::test]

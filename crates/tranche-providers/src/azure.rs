@@ -444,7 +444,13 @@ mod tests {
         let body =
             RawValue::from_string(r#"{"model":"gpt-4o-batch","messages":[]}"#.into()).unwrap();
         let mut out = Vec::new();
-        p.write_input_line(&mut out, "task-0", Endpoint::ChatCompletions, &body);
+        tranche_core::codec::write_input_line(
+            p.kind(),
+            &mut out,
+            "task-0",
+            Endpoint::ChatCompletions,
+            &body,
+        );
         let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(line["url"], "/v1/chat/completions");
         assert_eq!(line["body"]["model"], "gpt-4o-batch");

@@ -9,7 +9,6 @@ pub mod anthropic;
 pub mod azure;
 mod error;
 mod http;
-mod jsonl;
 mod oai;
 pub mod openai;
 mod provider;

@@ -20,7 +20,6 @@ use crate::error::{
     status_is_retryable,
 };
 use crate::http::{self, RetryPolicy};
-use crate::jsonl::{write_json_string, write_raw_one_line};
 use crate::time::{opt_timestamp, timestamp};
 use crate::types::WirePage;
 use crate::types::{
@@ -426,22 +425,6 @@ impl OaiClient {
     }
 }
 
-/// Appends `{"custom_id","method":"POST","url","body"}` and a newline (OpenAI and Azure input files).
-pub(crate) fn write_input_line(
-    out: &mut Vec<u8>,
-    wire_id: &str,
-    endpoint: Endpoint,
-    body: &RawValue,
-) {
-    out.extend_from_slice(b"{\"custom_id\":");
-    write_json_string(out, wire_id);
-    out.extend_from_slice(b",\"method\":\"POST\",\"url\":");
-    write_json_string(out, endpoint.as_str());
-    out.extend_from_slice(b",\"body\":");
-    write_raw_one_line(out, body);
-    out.extend_from_slice(b"}\n");
-}
-
 /// Reads one line of an OpenAI-shaped output or error file (with or without an `id`).
 pub(crate) fn parse_result_line(
     provider: ProviderKind,
@@ -747,16 +730,6 @@ macro_rules! forward_provider {
                 self.client.provider()
             }
 
-            fn write_input_line(
-                &self,
-                out: &mut Vec<u8>,
-                wire_id: &str,
-                endpoint: tranche_core::Endpoint,
-                body: &serde_json::value::RawValue,
-            ) {
-                $crate::oai::write_input_line(out, wire_id, endpoint, body);
-            }
-
             async fn find_batch_file(
                 &self,
                 tranche: tranche_core::TrancheId,
@@ -1056,26 +1029,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(file.expires_at.unwrap() - file.created_at, 1_209_600);
-    }
-
-    #[test]
-    fn input_line_is_one_json_line() {
-        let body = RawValue::from_string("{\n  \"model\": \"gpt-4o-mini\",\n  \"messages\": [{\"role\":\"user\",\"content\":\"a\\nb\"}]\r\n}".into()).unwrap();
-        let mut out = Vec::new();
-        write_input_line(&mut out, "w\"1\\\u{1}é", Endpoint::ChatCompletions, &body);
-        write_input_line(&mut out, "w2", Endpoint::Embeddings, &body);
-        let text = String::from_utf8(out).unwrap();
-        let lines: Vec<&str> = text.split_terminator('\n').collect();
-        assert_eq!(lines.len(), 2);
-        assert!(text.ends_with('\n'));
-        let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
-        assert_eq!(first["custom_id"], "w\"1\\\u{1}é");
-        assert_eq!(first["method"], "POST");
-        assert_eq!(first["url"], "/v1/chat/completions");
-        assert_eq!(first["body"]["messages"][0]["content"], "a\nb");
-        assert_eq!(first.as_object().unwrap().len(), 4);
-        let second: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
-        assert_eq!(second["url"], "/v1/embeddings");
     }
 
     #[test]

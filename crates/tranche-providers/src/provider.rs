@@ -2,8 +2,7 @@
 
 use std::path::Path;
 
-use serde_json::value::RawValue;
-use tranche_core::{Endpoint, ProviderKind, TrancheId};
+use tranche_core::{ProviderKind, TrancheId};
 
 use crate::error::{ErrorKind, LineParseError, UpstreamError};
 use crate::types::{
@@ -25,15 +24,6 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     fn transport(&self) -> InputTransport {
         InputTransport::UploadFile
     }
-
-    /// Appends one input JSONL line (with trailing '\n') for a request to `out`.
-    fn write_input_line(
-        &self,
-        out: &mut Vec<u8>,
-        wire_id: &str,
-        endpoint: Endpoint,
-        body: &RawValue,
-    );
 
     /// Uploads the JSONL file at `path` (streamed from disk, never read whole into memory) as
     /// `tranche-<tranche id>.jsonl`, purpose batch, with the configured expiry.

@@ -199,7 +199,7 @@ pub enum InputTransport {
 pub enum BatchInput<'a> {
     /// An uploaded file.
     File(&'a FileId),
-    /// A local JSONL file of input lines (as written by `Provider::write_input_line`), sent
+    /// A local JSONL file of input lines (as written by `tranche_core::codec::write_input_line`), sent
     /// in the create call.
     Inline(&'a std::path::Path),
 }

@@ -202,7 +202,13 @@ fn write_input(target: Target, provider: &dyn Provider, path: &Path, n: usize) -
     let mut ids = Vec::new();
     for i in 0..n {
         let wire_id = format!("w{i:04}");
-        provider.write_input_line(&mut out, &wire_id, target.endpoint(), &target.body(i));
+        tranche_core::codec::write_input_line(
+            provider.kind(),
+            &mut out,
+            &wire_id,
+            target.endpoint(),
+            &target.body(i),
+        );
         ids.push(wire_id);
     }
     std::fs::write(path, &out).unwrap();

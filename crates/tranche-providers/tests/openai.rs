@@ -43,7 +43,13 @@ fn write_input(provider: &OpenAiProvider, path: &Path, n: usize) -> BTreeSet<Str
             r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":"Classify ticket {i}"}}],"max_tokens":16}}"#
         ))
         .unwrap();
-        provider.write_input_line(&mut out, &wire_id, Endpoint::ChatCompletions, &body);
+        tranche_core::codec::write_input_line(
+            provider.kind(),
+            &mut out,
+            &wire_id,
+            Endpoint::ChatCompletions,
+            &body,
+        );
         ids.insert(wire_id);
     }
     std::fs::File::create(path).unwrap().write_all(&out).unwrap();

@@ -146,7 +146,13 @@ async fn azure_v1_upload_and_create_are_sent_as_the_docs_show() {
     let path = dir.path().join("in.jsonl");
     let body = RawValue::from_string(r#"{"model":"gpt-4o-batch","messages":[]}"#.into()).unwrap();
     let mut line = Vec::new();
-    provider.write_input_line(&mut line, "task-0", Endpoint::ChatCompletions, &body);
+    tranche_core::codec::write_input_line(
+        provider.kind(),
+        &mut line,
+        "task-0",
+        Endpoint::ChatCompletions,
+        &body,
+    );
     std::fs::write(&path, &line).unwrap();
 
     let tranche = TrancheId::new();
@@ -298,7 +304,13 @@ async fn anthropic_create_streams_the_lines_with_an_exact_length() {
             serde_json::to_string(text).unwrap()
         ))
         .unwrap();
-        provider.write_input_line(&mut lines, id, Endpoint::AnthropicMessages, &body);
+        tranche_core::codec::write_input_line(
+            provider.kind(),
+            &mut lines,
+            id,
+            Endpoint::AnthropicMessages,
+            &body,
+        );
     }
     std::fs::write(&path, &lines).unwrap();
     let batch = provider

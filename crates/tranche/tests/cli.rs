@@ -232,6 +232,58 @@ fn bad_input_is_refused_whole_with_line_and_field() {
     rejected(GOOD, &[], &["line 1", "--task"]);
 }
 
+/// Accepting a job sends nothing, so it needs no key: `submit` works with an empty
+/// environment for every provider, and still refuses an OpenAI batch line without a model.
+#[test]
+fn submit_needs_no_credentials() {
+    let env = Env::new();
+    let bare = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(support::BIN);
+        cmd.env_clear()
+            .env("TRANCHE_DATA_DIR", env.path("state"))
+            .current_dir(env.dir.path())
+            .arg("submit")
+            .args(args);
+        cmd.output().unwrap()
+    };
+    let openai = env.write(
+        "openai.jsonl",
+        r#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}"#,
+    );
+    let anthropic = env.write(
+        "anthropic.jsonl",
+        r#"{"key":"a","body":{"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}"#,
+    );
+    for (file, args) in [
+        (&openai, vec!["--json"]),
+        (&openai, vec!["--json", "--provider", "azure"]),
+        (&anthropic, vec!["--json", "--provider", "anthropic", "--task", "t"]),
+    ] {
+        let mut all = vec![file.to_str().unwrap()];
+        all.extend(args);
+        let out = bare(&all);
+        assert!(out.status.success(), "{}", text(&out));
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(answer["job_id"].as_str().unwrap().starts_with("job_"), "{answer}");
+    }
+    let no_model = env.write(
+        "no-model.jsonl",
+        &format!(
+            "{}\n{}\n",
+            r#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[]}}"#,
+            r#"{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"messages":[]}}"#
+        ),
+    );
+    let out = bare(&[no_model.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 2: `body.model`"), "{stderr}");
+    assert!(stderr.contains("--model"), "{stderr}");
+    // With --model, the same file is accepted.
+    let out = bare(&[no_model.to_str().unwrap(), "--model", "gpt-4o-mini"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 #[test]
 fn duplicate_custom_id_names_both_lines() {
     let env = Env::new();
@@ -262,9 +314,10 @@ fn usage_errors_exit_2() {
     let out = env
         .tranche()
         .env_remove("OPENAI_API_KEY")
-        .args(["submit", input.to_str().unwrap(), "--task", "t"])
+        .args(["run", input.to_str().unwrap(), "--task", "t"])
         .output()
         .unwrap();
+    // `run` calls the provider, so it needs the key (`submit` does not).
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("OPENAI_API_KEY"));
 }

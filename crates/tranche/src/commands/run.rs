@@ -9,7 +9,7 @@ use tokio::io::BufReader;
 use tokio_util::sync::CancellationToken;
 use tranche_core::JobState;
 use tranche_core::input::InputOptions;
-use tranche_engine::{Engine, SubmitError, Submitted, Until};
+use tranche_engine::{Engine, Providers, SubmitError, Submitted, Until};
 use tranche_store::{JobRecord, Store};
 
 use crate::args::{EngineArgs, Global, InputArgs, RunArgs, SubmitArgs};
@@ -60,9 +60,10 @@ pub async fn submit_file(
 }
 
 pub async fn submit(global: &Global, args: SubmitArgs) -> CmdResult {
-    let engine =
-        context::engine(global, &args.provider, Some(args.input.provider), &EngineArgs::default())
-            .await?;
+    // Accepting a job sends nothing, so it needs no provider credentials.
+    let store = context::open_store(global).await?;
+    let config = context::engine_config(&global.data_dir, &EngineArgs::default())?;
+    let engine = Engine::new(store, Providers::new(), config);
     let submitted = submit_file(&engine, &args.file, &args.input).await?;
     if args.json {
         render::println(&serde_json::json!({ "job_id": submitted.job_id.to_string() }).to_string());
