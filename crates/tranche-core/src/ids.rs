@@ -1,4 +1,5 @@
-//! Identifier newtypes: job and tranche ids (UUIDv7) and the caller-facing `CustomId`.
+//! Identifier newtypes: job and tranche ids and lease tokens (UUIDv7), engine ids, and the
+//! caller-facing `CustomId`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -78,6 +79,42 @@ uuid_id!(
     TrancheId,
     "tr_"
 );
+
+uuid_id!(
+    /// One acquisition of a lease: a tranche's transitions compare it, and files a step writes
+    /// carry it in their names, so a step whose lease passed on changes nothing. Printed as
+    /// `ls_<uuid>`.
+    LeaseToken,
+    "ls_"
+);
+
+/// The engine that holds a lease, as `status` shows it: `host:pid:suffix`, unique per engine.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EngineId(String);
+
+impl EngineId {
+    /// An engine id from its parts; the suffix tells engines of one process apart.
+    pub fn new(host: &str, pid: u32) -> Self {
+        let suffix = Uuid::now_v7().simple().to_string();
+        Self(format!("{host}:{pid}:{}", &suffix[suffix.len() - 6..]))
+    }
+
+    /// An id as stored.
+    pub fn from_stored(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EngineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// A string that is not a well-formed job or tranche id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -320,6 +357,18 @@ mod tests {
         let tranche = TrancheId::new();
         assert_eq!(tranche.to_string().parse::<TrancheId>().unwrap(), tranche);
         assert!("job_nope".parse::<JobId>().is_err());
+        let token = LeaseToken::new();
+        assert!(token.to_string().starts_with("ls_"));
+        assert_eq!(token.to_string().parse::<LeaseToken>().unwrap(), token);
         assert!(tranche.to_string().parse::<JobId>().is_err());
+    }
+
+    #[test]
+    fn engine_ids_name_host_and_process_and_differ_per_engine() {
+        let a = EngineId::new("host-1", 42);
+        let b = EngineId::new("host-1", 42);
+        assert!(a.as_str().starts_with("host-1:42:"), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(EngineId::from_stored(a.as_str()), a);
     }
 }

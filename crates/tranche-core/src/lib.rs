@@ -10,6 +10,6 @@ pub mod state;
 pub mod tokens;
 
 pub use hash::InputHash;
-pub use ids::{CustomId, CustomIdError, JobId, TrancheId};
+pub use ids::{CustomId, CustomIdError, EngineId, JobId, LeaseToken, TrancheId};
 pub use provider::{Endpoint, ProviderKind};
 pub use state::{JobState, RequestState, TrancheState};

@@ -25,6 +25,12 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Whether the store was busy with another engine: the work is tried again, never given
+    /// up.
+    pub fn is_contention(&self) -> bool {
+        matches!(self, Self::Store(e) if e.is_contention())
+    }
+
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,

@@ -5,6 +5,7 @@
 //! engine never speaks HTTP itself; it goes through `tranche_providers::Provider`.
 
 mod error;
+mod lease;
 mod reconcile;
 mod submit;
 

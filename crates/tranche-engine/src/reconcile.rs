@@ -21,18 +21,20 @@ use tracing::{debug, info, warn};
 use tranche_core::codec;
 use tranche_core::plan::{GroupKey, PlanItem, PlannedTranche, Planner, TrancheLimits};
 use tranche_core::{
-    Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
+    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, RequestState, TrancheId,
+    TrancheState,
 };
 use tranche_providers::{
     BatchId, BatchInput, BatchStatus, CreateBatch, FileId, InputTransport, LineError, LineOutcome,
     Provider, UpstreamError,
 };
 use tranche_store::{
-    AttemptInfo, AttemptOutcome, FilePurpose, FileRecord, NewTranche, ResultUpdate, Store, Success,
-    TrancheRecord, TrancheUpdate,
+    AttemptInfo, AttemptOutcome, FilePurpose, FileRecord, IngestWriter, NewTranche, ResultUpdate,
+    Store, Success, TrancheRecord, TrancheUpdate,
 };
 
 use crate::error::EngineError;
+use crate::lease::{EnsureError, Lease, LeaseLost, Subject, engine_id};
 use crate::unix_now;
 
 /// The configured provider adapters, by provider.
@@ -87,6 +89,10 @@ pub struct EngineConfig {
     pub token_budgets: BTreeMap<String, u64>,
     /// The budget for models not named in `token_budgets`; `None` admits everything.
     pub default_token_budget: Option<u64>,
+    /// How long a lease on a tranche step (or on planning) lasts unless renewed. An engine
+    /// that dies holding one delays that work by at most this long; a step starts no side
+    /// effect with less than a quarter of it left.
+    pub lease: Duration,
 }
 
 impl EngineConfig {
@@ -109,6 +115,7 @@ impl EngineConfig {
             max_wait: Duration::ZERO,
             token_budgets: BTreeMap::new(),
             default_token_budget: None,
+            lease: Duration::from_secs(60),
         }
     }
 
@@ -144,9 +151,11 @@ pub enum Until {
     Cancelled,
 }
 
-/// The reconciler. Cheap to clone.
+/// The reconciler. Cheap to clone; clones share one engine id (and so take turns with other
+/// engines, not with each other: drive one clone at a time).
 #[derive(Debug, Clone)]
 pub struct Engine {
+    id: EngineId,
     store: Store,
     providers: Providers,
     config: EngineConfig,
@@ -194,7 +203,12 @@ fn usage_of(body: &RawValue) -> (Option<u64>, Option<u64>) {
 
 impl Engine {
     pub fn new(store: Store, providers: Providers, config: EngineConfig) -> Self {
-        Self { store, providers, config }
+        Self { id: engine_id(), store, providers, config }
+    }
+
+    /// The name this engine's leases carry (`status` shows it).
+    pub fn id(&self) -> &EngineId {
+        &self.id
     }
 
     pub fn store(&self) -> &Store {
@@ -229,33 +243,19 @@ impl Engine {
         mut on_tick: impl FnMut(),
     ) -> Result<(), EngineError> {
         loop {
-            self.tick().await?;
-            on_tick();
-            match until {
-                Until::JobEnds(job) => {
-                    if self.store.job(job).await?.is_none_or(|j| j.state.is_terminal()) {
-                        return Ok(());
-                    }
+            let wait = match self.round(until, &mut on_tick).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(wait)) => wait,
+                // Another engine holds the database past the busy timeout: losing a race is
+                // not an error; try again shortly.
+                Err(e) if e.is_contention() => {
+                    warn!(error = %e, "the store is busy; trying again");
+                    self.config
+                        .poll_interval
+                        .clamp(Duration::from_millis(50), Duration::from_secs(1))
                 }
-                Until::Idle => {
-                    if self.store.open_jobs().await?.is_empty() {
-                        return Ok(());
-                    }
-                }
-                Until::Cancelled => {}
-            }
-            let wait = match self.store.next_due().await? {
-                Some(due) => {
-                    let now = unix_now();
-                    if due <= now {
-                        Duration::from_millis(0)
-                    } else {
-                        Duration::from_secs(u64::try_from(due - now).unwrap_or(0))
-                    }
-                }
-                None => self.config.poll_interval,
-            }
-            .min(self.config.poll_interval);
+                Err(e) => return Err(e),
+            };
             tokio::select! {
                 () = cancel.cancelled() => return Ok(()),
                 () = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
@@ -263,23 +263,113 @@ impl Engine {
         }
     }
 
-    /// One round: plan waiting requests, move every due tranche one step, settle jobs.
+    /// One round of [`Engine::drive`]: a tick, then how long to wait before the next, or
+    /// `None` when `until` holds.
+    async fn round(
+        &self,
+        until: Until,
+        on_tick: &mut impl FnMut(),
+    ) -> Result<Option<Duration>, EngineError> {
+        self.tick().await?;
+        on_tick();
+        match until {
+            Until::JobEnds(job) => {
+                if self.store.job(job).await?.is_none_or(|j| j.state.is_terminal()) {
+                    return Ok(None);
+                }
+            }
+            Until::Idle => {
+                if self.store.open_jobs().await?.is_empty() {
+                    return Ok(None);
+                }
+            }
+            Until::Cancelled => {}
+        }
+        let wait = match self.store.next_due().await? {
+            Some(due) => {
+                let now = unix_now();
+                if due <= now {
+                    Duration::from_millis(0)
+                } else {
+                    Duration::from_secs(u64::try_from(due - now).unwrap_or(0))
+                }
+            }
+            None => self.config.poll_interval,
+        };
+        Ok(Some(wait.min(self.config.poll_interval)))
+    }
+
+    /// One round: plan waiting requests, move every due tranche one step, settle jobs. Each
+    /// tranche is stepped under its lease; one that another engine holds is left to it.
     pub async fn tick(&self) -> Result<(), EngineError> {
         for kind in ProviderKind::ALL {
             if self.providers.get(kind).is_some() {
                 self.plan(kind).await?;
             }
         }
-        for tranche in self.store.due_tranches(unix_now()).await? {
-            self.step(tranche).await?;
+        for due in self.store.due_tranches(unix_now()).await? {
+            // An engine steps only tranches of providers it has an adapter for.
+            if self.providers.get(due.provider).is_none() {
+                continue;
+            }
+            let token = LeaseToken::new();
+            let Some((tranche, grant)) = self
+                .store
+                .lease_tranche(due.id, &self.id, token, self.config.lease, unix_now())
+                .await?
+            else {
+                debug!(tranche = %due.id, "another engine has the tranche");
+                continue;
+            };
+            let state = tranche.state;
+            let lease = Lease::hold(
+                self.store.clone(),
+                Subject::Tranche(tranche.id),
+                token,
+                self.config.lease,
+                grant,
+                Some(state),
+            );
+            let result = self.step(tranche, &lease).await;
+            lease.release().await;
+            result?;
         }
         self.settle_jobs().await
+    }
+
+    /// Plans a provider's waiting requests, as the one engine holding its planning lease
+    /// (another engine planning the same pool at once would only cut smaller tranches, but
+    /// claims stay serialised all the same).
+    async fn plan(&self, kind: ProviderKind) -> Result<(), EngineError> {
+        let duty = format!("plan:{kind}");
+        let token = LeaseToken::new();
+        let Some(grant) =
+            self.store.acquire_duty(&duty, &self.id, token, self.config.lease).await?
+        else {
+            debug!(provider = %kind, "another engine is planning");
+            return Ok(());
+        };
+        let lease = Lease::hold(
+            self.store.clone(),
+            Subject::Duty(duty.clone()),
+            token,
+            self.config.lease,
+            grant,
+            None,
+        );
+        let result = self.plan_pool(kind, (&duty, token)).await;
+        lease.release().await;
+        result
     }
 
     /// Cuts every waiting request of one provider into tranches. Each group (endpoint +
     /// model) is read in pages and each tranche is claimed as soon as it is full, so memory
     /// holds one page and one tranche, however many requests wait.
-    async fn plan(&self, kind: ProviderKind) -> Result<(), EngineError> {
+    async fn plan_pool(
+        &self,
+        kind: ProviderKind,
+        duty: (&str, LeaseToken),
+    ) -> Result<(), EngineError> {
         let now = unix_now();
         let answered = self.store.answer_from_earlier(kind, now).await?;
         if answered > 0 {
@@ -300,7 +390,7 @@ impl Engine {
             {
                 continue;
             }
-            self.plan_group(kind, group.endpoint, group.model, now, &mut enqueued).await?;
+            self.plan_group(kind, group.endpoint, group.model, now, &mut enqueued, duty).await?;
         }
         Ok(())
     }
@@ -314,6 +404,7 @@ impl Engine {
         model: String,
         now: i64,
         enqueued: &mut BTreeMap<String, u64>,
+        duty: (&str, LeaseToken),
     ) -> Result<(), EngineError> {
         const PAGE: u32 = 4_096;
         let key = GroupKey { provider: kind, endpoint, model };
@@ -345,7 +436,7 @@ impl Engine {
                         // The item just pushed opened the next tranche, alone so far.
                         wire_ids.clear();
                         wire_ids.insert(hash);
-                        if !self.claim(full, enqueued).await? {
+                        if !self.claim(full, enqueued, duty).await? {
                             return Ok(());
                         }
                     }
@@ -355,7 +446,7 @@ impl Engine {
             }
         }
         for planned in planner.finish() {
-            if !self.claim(planned, enqueued).await? {
+            if !self.claim(planned, enqueued, duty).await? {
                 break;
             }
         }
@@ -363,11 +454,13 @@ impl Engine {
     }
 
     /// Records a planned tranche and claims its requests, unless it would overflow the model's
-    /// enqueued-token budget. Returns false when it has to wait for room.
+    /// enqueued-token budget. Returns false when planning stops: the tranche has to wait for
+    /// room, or the planning lease passed to another engine.
     async fn claim(
         &self,
         planned: PlannedTranche<(i64, u64)>,
         enqueued: &mut BTreeMap<String, u64>,
+        duty: (&str, LeaseToken),
     ) -> Result<bool, EngineError> {
         let est_tokens: u64 = planned.items.iter().map(|(_, tokens)| tokens).sum();
         let model = planned.group.model;
@@ -390,63 +483,107 @@ impl Engine {
             bytes: planned.bytes,
             created_at: unix_now(),
         };
-        let claimed = self.store.create_tranche(&tranche, &ids).await?;
-        info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, est_tokens, "planned tranche");
-        Ok(true)
+        match self.store.create_tranche(&tranche, &ids, duty).await? {
+            None => {
+                info!(provider = %tranche.provider, "the planning lease passed to another engine; planning stops");
+                Ok(false)
+            }
+            Some(0) => {
+                debug!(model = %tranche.model, "the planned requests were claimed already");
+                Ok(true)
+            }
+            Some(claimed) => {
+                info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, est_tokens, "planned tranche");
+                Ok(true)
+            }
+        }
     }
 
-    /// Moves one tranche one step.
-    async fn step(&self, tranche: TrancheRecord) -> Result<(), EngineError> {
-        let provider = Arc::clone(self.provider(tranche.provider)?);
+    /// Moves one tranche, whose lease this engine holds, one step. A step whose lease passed
+    /// to another engine stops before its next side effect and changes nothing more.
+    async fn step(&self, tranche: TrancheRecord, lease: &Lease) -> Result<(), EngineError> {
+        let id = tranche.id;
+        match self.step_leased(tranche, lease).await {
+            Ok(()) => Ok(()),
+            Err(Abandoned::Lost) => {
+                info!(tranche = %id, "the tranche's lease passed to another engine; step abandoned");
+                Ok(())
+            }
+            Err(Abandoned::Engine(e)) => {
+                warn!(tranche = %id, error = %e, "tranche step failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// The step itself; upstream failures are recorded on the tranche, so only a lost lease or
+    /// the engine's own failure comes out.
+    async fn step_leased(&self, tranche: TrancheRecord, lease: &Lease) -> Result<(), Abandoned> {
+        let provider = Arc::clone(self.provider(tranche.provider).map_err(Abandoned::Engine)?);
         let id = tranche.id;
         if tranche.cancel_requested {
-            match self.cancel_step(&*provider, &tranche).await {
+            match self.cancel_step(&*provider, &tranche, lease).await {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
-                Err(StepError::Engine(e)) => return Err(e),
                 Err(StepError::Upstream(e)) if !e.retryable() => {
                     // The batch may have ended already; it will be collected as it is.
                     warn!(tranche = %id, error = %e, "the provider refused the cancel; collecting the batch as it ends");
                     let mut update = TrancheUpdate::to(tranche.state, unix_now());
                     update.batch_status = Some("cancelling".to_owned());
                     update.last_error = Some(upstream_json(&e));
-                    self.store.update_tranche(id, update).await?;
-                    return Ok(());
+                    return self.transition(lease, update).await;
                 }
-                Err(StepError::Upstream(e)) => return self.upstream_failed(&tranche, &e).await,
+                Err(StepError::Upstream(e)) => {
+                    return self.upstream_failed(&tranche, lease, &e).await;
+                }
+                Err(StepError::Abandoned(a)) => return Err(a),
             }
         }
         let result = match tranche.state {
             TrancheState::Planned if provider.transport() == InputTransport::UploadFile => {
-                self.upload(&*provider, &tranche).await
+                self.upload(&*provider, &tranche, lease).await
             }
             TrancheState::Uploading if provider.transport() == InputTransport::UploadFile => {
-                self.adopt_or_upload(&*provider, &tranche).await
+                self.adopt_or_upload(&*provider, &tranche, lease).await
             }
             TrancheState::Planned | TrancheState::Uploading => {
-                self.create(&*provider, &tranche).await
+                self.create(&*provider, &tranche, lease).await
             }
-            TrancheState::Uploaded => self.create(&*provider, &tranche).await,
-            TrancheState::Creating => self.adopt_or_create(&*provider, &tranche).await,
-            TrancheState::Submitted => self.poll(&*provider, &tranche).await,
-            TrancheState::Collecting => self.collect(&*provider, &tranche).await,
-            TrancheState::Ingesting => return self.ingest(&*provider, &tranche).await,
-            TrancheState::Cleaning => self.clean(&*provider, &tranche).await,
-            TrancheState::Done | TrancheState::Failed => return Ok(()),
+            TrancheState::Uploaded => self.create(&*provider, &tranche, lease).await,
+            TrancheState::Creating => self.adopt_or_create(&*provider, &tranche, lease).await,
+            TrancheState::Submitted => self.poll(&*provider, &tranche, lease).await,
+            TrancheState::Collecting => self.collect(&*provider, &tranche, lease).await,
+            TrancheState::Ingesting => self.ingest(&*provider, &tranche, lease).await,
+            TrancheState::Cleaning => self.clean(&*provider, &tranche, lease).await,
+            TrancheState::Done | TrancheState::Failed => Ok(()),
         };
         match result {
             Ok(()) => Ok(()),
-            Err(StepError::Engine(e)) => Err(e),
-            Err(StepError::Upstream(e)) => self.upstream_failed(&tranche, &e).await,
+            Err(StepError::Upstream(e)) => self.upstream_failed(&tranche, lease, &e).await,
+            Err(StepError::Abandoned(a)) => Err(a),
         }
-        .inspect_err(|e| warn!(tranche = %id, error = %e, "tranche step failed"))
+    }
+
+    /// Records a transition of the leased tranche: a compare-and-set on the lease and the state
+    /// this engine last saw. A lost compare-and-set abandons the step.
+    async fn transition(&self, lease: &Lease, update: TrancheUpdate) -> Result<(), Abandoned> {
+        let Subject::Tranche(id) = lease.subject() else {
+            return Err(Abandoned::Lost);
+        };
+        let state = update.state;
+        if !self.store.update_tranche(*id, lease.held(), update).await? {
+            return Err(Abandoned::Lost);
+        }
+        lease.moved_to(state);
+        Ok(())
     }
 
     async fn upstream_failed(
         &self,
         tranche: &TrancheRecord,
+        lease: &Lease,
         e: &UpstreamError,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), Abandoned> {
         let now = unix_now();
         let error = upstream_json(e);
         if e.retryable() {
@@ -455,8 +592,11 @@ impl Engine {
             warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "retryable upstream failure");
             // The state stays whatever intent the step recorded: an upload or create whose
             // answer was lost is looked for before it is repeated.
-            self.store.defer_tranche(tranche.id, &error, now + secs(wait), now).await?;
-            return Ok(());
+            let deferred = self
+                .store
+                .defer_tranche(tranche.id, lease.token(), &error, now + secs(wait), now)
+                .await?;
+            return if deferred { Ok(()) } else { Err(Abandoned::Lost) };
         }
         match tranche.state {
             TrancheState::Cleaning => {
@@ -464,7 +604,7 @@ impl Engine {
                 warn!(tranche = %tranche.id, error = %e, "could not delete a provider file; leaving it to expire");
                 let mut update = TrancheUpdate::to(TrancheState::Done, now);
                 update.last_error = Some(error);
-                self.store.update_tranche(tranche.id, update).await?;
+                self.transition(lease, update).await?;
             }
             _ => {
                 // A token-limit refusal at create is a whole-batch failure: the requests wait
@@ -476,7 +616,7 @@ impl Engine {
                 };
                 warn!(tranche = %tranche.id, error = %e, "upstream failure stopped the tranche");
                 let message = error.to_string();
-                let mut writer = self.store.begin_ingest(tranche.id).await?;
+                let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
                 let mut failed = 0u64;
                 for (wire_id, info) in writer.unanswered().await? {
                     let update = self.failure_update(
@@ -492,10 +632,10 @@ impl Engine {
                         failed += 1;
                     }
                 }
-                writer.commit(TrancheState::Failed, now).await?;
+                self.commit(lease, writer, TrancheState::Failed, now).await?;
                 let mut update = TrancheUpdate::to(TrancheState::Failed, now);
                 update.last_error = Some(error.clone());
-                self.store.update_tranche(tranche.id, update).await?;
+                self.transition(lease, update).await?;
                 if failed > 0 {
                     for job in self.store.jobs_of_tranche(tranche.id).await? {
                         self.store.set_job_state(job, JobState::Running, Some(&error), now).await?;
@@ -506,12 +646,28 @@ impl Engine {
         Ok(())
     }
 
+    /// Commits an ingest writer begun under `lease`, moving the tranche to `next`.
+    async fn commit(
+        &self,
+        lease: &Lease,
+        writer: IngestWriter,
+        next: TrancheState,
+        now: i64,
+    ) -> Result<(), Abandoned> {
+        if !writer.commit(next, now).await? {
+            return Err(Abandoned::Lost);
+        }
+        lease.moved_to(next);
+        Ok(())
+    }
+
     /// Carries out a cancel the user asked for. Returns true when the tranche needs no other
     /// step this round.
     async fn cancel_step(
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<bool, StepError> {
         let now = unix_now();
         match tranche.state {
@@ -526,7 +682,7 @@ impl Engine {
                     "param": null, "request_id": null, "retryable": false,
                 })
                 .to_string();
-                let mut writer = self.store.begin_ingest(tranche.id).await?;
+                let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
                 for (wire_id, info) in writer.unanswered().await? {
                     let update = self.failure_update(
                         info,
@@ -538,7 +694,7 @@ impl Engine {
                     );
                     writer.record(&wire_id, &update).await?;
                 }
-                writer.commit(TrancheState::Cleaning, now).await?;
+                self.commit(lease, writer, TrancheState::Cleaning, now).await?;
                 info!(tranche = %tranche.id, "cancelled before submission");
                 Ok(true)
             }
@@ -546,10 +702,11 @@ impl Engine {
                 let sent =
                     matches!(tranche.batch_status.as_deref(), Some("cancelling" | "cancelled"));
                 if let (Some(batch_id), false) = (tranche.batch_id.as_deref(), sent) {
+                    lease.ensure().await?;
                     let batch = provider.cancel_batch(&BatchId::new(batch_id)).await?;
                     let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
                     update.batch_status = Some(batch.status.as_str().to_owned());
-                    self.store.update_tranche(tranche.id, update).await?;
+                    self.transition(lease, update).await?;
                     info!(tranche = %tranche.id, batch = %batch_id, "asked the provider to cancel the batch");
                     return Ok(true);
                 }
@@ -581,9 +738,10 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<(), StepError> {
         let Some(file) = provider.find_batch_file(tranche.id).await? else {
-            return self.upload(provider, tranche).await;
+            return self.upload(provider, tranche, lease).await;
         };
         self.store
             .record_file(&FileRecord {
@@ -599,7 +757,7 @@ impl Engine {
             .await?;
         let mut update = TrancheUpdate::to(TrancheState::Uploaded, unix_now());
         update.input_file_id = Some(file.id.as_str().to_owned());
-        self.store.update_tranche(tranche.id, update).await?;
+        self.transition(lease, update).await?;
         info!(tranche = %tranche.id, file = %file.id, "adopted an input file uploaded before a restart");
         Ok(())
     }
@@ -611,18 +769,19 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<(), StepError> {
-        match self.find_batch(provider, tranche).await? {
+        match self.find_batch(provider, tranche, lease).await? {
             Adoption::Found(batch) => {
                 let now = unix_now();
                 let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
                 update.batch_id = Some(batch.id.as_str().to_owned());
                 update.batch_status = Some(batch.status.as_str().to_owned());
-                self.store.update_tranche(tranche.id, update).await?;
+                self.transition(lease, update).await?;
                 info!(tranche = %tranche.id, batch = %batch.id, "adopted a batch created before a restart");
                 Ok(())
             }
-            Adoption::NotFound => self.create(provider, tranche).await,
+            Adoption::NotFound => self.create(provider, tranche, lease).await,
             Adoption::Ambiguous(candidates) => {
                 let now = unix_now();
                 let mut update = TrancheUpdate::to(TrancheState::Creating, now);
@@ -636,7 +795,7 @@ impl Engine {
                     "param": null, "request_id": null, "retryable": true,
                 }));
                 update.not_before = now + self.poll_delay(tranche.provider);
-                self.store.update_tranche(tranche.id, update).await?;
+                self.transition(lease, update).await?;
                 warn!(tranche = %tranche.id, candidates, "cannot tell which batch is this tranche's; waiting");
                 Ok(())
             }
@@ -650,6 +809,7 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<Adoption, StepError> {
         const CLOCK_SLACK: i64 = 300;
         let since = tranche.created_at - CLOCK_SLACK;
@@ -688,7 +848,7 @@ impl Engine {
         }
         // Count and time make a batch a candidate, never a certainty: another tranche's lost
         // create looks the same. Only the results' custom ids settle it.
-        self.confirm_by_results(provider, tranche, candidates).await
+        self.confirm_by_results(provider, tranche, lease, candidates).await
     }
 
     /// Among candidate batches without metadata, finds the one whose results name this
@@ -698,6 +858,7 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
         candidates: Vec<tranche_providers::RemoteBatch>,
     ) -> Result<Adoption, StepError> {
         let mut running = 0;
@@ -709,7 +870,7 @@ impl Engine {
                 running += 1;
                 continue;
             };
-            let probe = dir.join(format!("candidate-{}.jsonl", batch.id));
+            let probe = dir.join(format!("candidate-{}.{}.jsonl", batch.id, lease.token()));
             provider.download_results(url, &probe).await?;
             let first = tokio::fs::read_to_string(&probe)
                 .await
@@ -732,13 +893,13 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<(), StepError> {
         let now = unix_now();
-        self.store
-            .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Uploading, now))
-            .await?;
-        let path = self.input_path(tranche.id);
+        self.transition(lease, TrancheUpdate::to(TrancheState::Uploading, now)).await?;
+        let path = self.input_path(tranche.id, lease);
         self.write_input(provider, tranche.id, &path).await?;
+        lease.ensure().await?;
         let uploaded = provider.upload_batch_file(tranche.id, &path).await?;
         let now = unix_now();
         self.store
@@ -755,7 +916,7 @@ impl Engine {
             .await?;
         let mut update = TrancheUpdate::to(TrancheState::Uploaded, now);
         update.input_file_id = Some(uploaded.id.into_string());
-        self.store.update_tranche(tranche.id, update).await?;
+        self.transition(lease, update).await?;
         if let Err(e) = tokio::fs::remove_file(&path).await {
             debug!(path = %path.display(), error = %e, "could not remove the uploaded input file");
         }
@@ -763,8 +924,10 @@ impl Engine {
         Ok(())
     }
 
-    fn input_path(&self, tranche: TrancheId) -> PathBuf {
-        self.config.outbox_dir.join(format!("tranche-{tranche}.jsonl"))
+    /// Where a step writes a tranche's input file: named by the step's lease, so that two
+    /// engines never write one path.
+    fn input_path(&self, tranche: TrancheId, lease: &Lease) -> PathBuf {
+        self.config.outbox_dir.join(format!("tranche-{tranche}.{}.jsonl", lease.token()))
     }
 
     async fn write_input(
@@ -798,14 +961,15 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<(), StepError> {
-        let inline_path = self.input_path(tranche.id);
+        let inline_path = self.input_path(tranche.id, lease);
         let file_id;
         let input = match provider.transport() {
             InputTransport::UploadFile => {
                 let Some(input) = tranche.input_file_id.as_deref() else {
                     // An upload that was never recorded: upload again.
-                    return self.upload(provider, tranche).await;
+                    return self.upload(provider, tranche, lease).await;
                 };
                 file_id = FileId::new(input);
                 BatchInput::File(&file_id)
@@ -817,9 +981,8 @@ impl Engine {
             }
         };
         let now = unix_now();
-        self.store
-            .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Creating, now))
-            .await?;
+        self.transition(lease, TrancheUpdate::to(TrancheState::Creating, now)).await?;
+        lease.ensure().await?;
         let batch = provider
             .create_batch(CreateBatch { tranche_id: tranche.id, input, endpoint: tranche.endpoint })
             .await?;
@@ -833,7 +996,7 @@ impl Engine {
         update.batch_id = Some(batch.id.as_str().to_owned());
         update.batch_status = Some(batch.status.as_str().to_owned());
         update.not_before = now + self.poll_delay(tranche.provider);
-        self.store.update_tranche(tranche.id, update).await?;
+        self.transition(lease, update).await?;
         info!(tranche = %tranche.id, batch = %batch.id, "created batch");
         Ok(())
     }
@@ -842,9 +1005,10 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<(), StepError> {
         let Some(batch_id) = tranche.batch_id.as_deref() else {
-            return Err(StepError::Engine(EngineError::Store(tranche_store::StoreError::Corrupt(
+            return Err(StepError::from(EngineError::Store(tranche_store::StoreError::Corrupt(
                 format!("tranche {} is submitted but has no batch id", tranche.id),
             ))));
         };
@@ -854,7 +1018,7 @@ impl Engine {
             let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
             update.batch_status = Some(batch.status.as_str().to_owned());
             update.not_before = now + self.poll_delay(tranche.provider);
-            self.store.update_tranche(tranche.id, update).await?;
+            self.transition(lease, update).await?;
             debug!(tranche = %tranche.id, status = %batch.status, "batch still running");
             return Ok(());
         }
@@ -885,7 +1049,7 @@ impl Engine {
         if !batch.errors.is_empty() {
             update.batch_errors = serde_json::to_value(&batch.errors).ok();
         }
-        self.store.update_tranche(tranche.id, update).await?;
+        self.transition(lease, update).await?;
         info!(tranche = %tranche.id, status = %batch.status, "batch ended");
         Ok(())
     }
@@ -898,6 +1062,7 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<(), StepError> {
         let dir = self.config.raw_dir.join(tranche.id.to_string());
         tokio::fs::create_dir_all(&dir).await.map_err(EngineError::io("creating", &dir))?;
@@ -910,8 +1075,8 @@ impl Engine {
                 continue;
             }
             // Download beside the final name and rename, so a crash never leaves a partial
-            // file that looks whole.
-            let partial = dest.with_extension("jsonl.partial");
+            // file that looks whole; the partial file is named by this step's lease.
+            let partial = partial_path(&dest, lease);
             let bytes = provider.download_file(&FileId::new(file.as_str()), &partial).await?;
             tokio::fs::rename(&partial, &dest)
                 .await
@@ -921,7 +1086,7 @@ impl Engine {
         if let Some(url) = &tranche.results_url {
             let dest = self.raw_path(tranche.id, "output.jsonl");
             if !tokio::fs::try_exists(&dest).await.unwrap_or(false) {
-                let partial = dest.with_extension("jsonl.partial");
+                let partial = partial_path(&dest, lease);
                 let bytes = provider.download_results(url, &partial).await?;
                 tokio::fs::rename(&partial, &dest)
                     .await
@@ -929,9 +1094,7 @@ impl Engine {
                 info!(tranche = %tranche.id, bytes, "stored raw results");
             }
         }
-        self.store
-            .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Ingesting, unix_now()))
-            .await?;
+        self.transition(lease, TrancheUpdate::to(TrancheState::Ingesting, unix_now())).await?;
         Ok(())
     }
 
@@ -939,9 +1102,10 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
-    ) -> Result<(), EngineError> {
+        lease: &Lease,
+    ) -> Result<(), StepError> {
         let now = unix_now();
-        let mut writer = self.store.begin_ingest(tranche.id).await?;
+        let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
         /// Successful lines recorded per call; failures are few and kept until the end.
         const SUCCESS_CHUNK: usize = 512;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
@@ -952,7 +1116,7 @@ impl Engine {
             let file = match tokio::fs::File::open(&path).await {
                 Ok(file) => file,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(EngineError::io("opening", &path)(e)),
+                Err(e) => return Err(EngineError::io("opening", &path)(e).into()),
             };
             let mut lines = BufReader::new(file).lines();
             while let Some(line) =
@@ -1028,7 +1192,7 @@ impl Engine {
             let update = self.failure_update(info, kind, outcome, None, &error, now);
             missing += u64::from(writer.record(&wire_id, &update).await?);
         }
-        writer.commit(TrancheState::Cleaning, now).await?;
+        self.commit(lease, writer, TrancheState::Cleaning, now).await?;
         info!(tranche = %tranche.id, matched, missing, unknown, unparsable, "ingested results");
         Ok(())
     }
@@ -1140,15 +1304,15 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
+        lease: &Lease,
     ) -> Result<(), StepError> {
         for file in self.store.live_files(tranche.id).await? {
+            lease.ensure().await?;
             provider.delete_file(&FileId::new(file.as_str())).await?;
             self.store.mark_file_deleted(tranche.provider, &file, unix_now()).await?;
             debug!(tranche = %tranche.id, file = %file, "deleted provider file");
         }
-        self.store
-            .update_tranche(tranche.id, TrancheUpdate::to(TrancheState::Done, unix_now()))
-            .await?;
+        self.transition(lease, TrancheUpdate::to(TrancheState::Done, unix_now())).await?;
         info!(tranche = %tranche.id, "tranche done");
         Ok(())
     }
@@ -1170,11 +1334,19 @@ impl Engine {
             } else {
                 JobState::Done
             };
-            self.store.set_job_state(job.id, state, None, unix_now()).await?;
-            info!(job = %job.id, state = %state, succeeded = counts.succeeded, failed = counts.failed, "job ended");
+            // Compare-and-set: another engine may have settled it a moment ago.
+            if self.store.set_job_state(job.id, state, None, unix_now()).await? {
+                info!(job = %job.id, state = %state, succeeded = counts.succeeded, failed = counts.failed, "job ended");
+            }
         }
         Ok(())
     }
+}
+
+/// A partial download beside `dest`, named by the step's lease.
+fn partial_path(dest: &Path, lease: &Lease) -> PathBuf {
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dest.with_file_name(format!("{name}.{}.partial", lease.token()))
 }
 
 /// What the provider's batch list says about a tranche whose create was not recorded.
@@ -1199,11 +1371,20 @@ enum Failure {
     UserCancel,
 }
 
-/// A step's failure: either the provider's (recorded, then carried on from) or the engine's.
+/// Why a step stopped short: its lease passed to another engine (nothing more is done), or
+/// the engine itself failed.
+#[derive(Debug)]
+enum Abandoned {
+    Lost,
+    Engine(EngineError),
+}
+
+/// A step's failure: the provider's (recorded on the tranche, then carried on from), or the
+/// step was abandoned.
 #[derive(Debug)]
 enum StepError {
     Upstream(UpstreamError),
-    Engine(EngineError),
+    Abandoned(Abandoned),
 }
 
 impl From<UpstreamError> for StepError {
@@ -1212,14 +1393,35 @@ impl From<UpstreamError> for StepError {
     }
 }
 
+impl From<Abandoned> for StepError {
+    fn from(a: Abandoned) -> Self {
+        Self::Abandoned(a)
+    }
+}
+
 impl From<EngineError> for StepError {
     fn from(e: EngineError) -> Self {
-        Self::Engine(e)
+        Self::Abandoned(Abandoned::Engine(e))
     }
 }
 
 impl From<tranche_store::StoreError> for StepError {
     fn from(e: tranche_store::StoreError) -> Self {
+        Self::Abandoned(Abandoned::Engine(EngineError::Store(e)))
+    }
+}
+
+impl From<tranche_store::StoreError> for Abandoned {
+    fn from(e: tranche_store::StoreError) -> Self {
         Self::Engine(EngineError::Store(e))
+    }
+}
+
+impl From<EnsureError> for StepError {
+    fn from(e: EnsureError) -> Self {
+        match e {
+            EnsureError::Lost(LeaseLost) => Self::Abandoned(Abandoned::Lost),
+            EnsureError::Store(e) => e.into(),
+        }
     }
 }

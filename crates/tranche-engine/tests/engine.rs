@@ -445,3 +445,53 @@ async fn cancel_stops_an_own_batch_at_the_provider_and_detaches_from_shared_ones
     assert_eq!(run_to_end(&setup, &engine, shared_a).await, JobState::Cancelled);
     assert_eq!(setup.sim.stats().requests_billed, 10, "the cancelled batch ran nothing");
 }
+
+/// Four engines, each with its own connection pool on one store (as four processes would
+/// be), tick at once round after round over the same due tranches: leases and compare-and-set
+/// keep every side effect single. Each tranche's file is uploaded once and its batch created
+/// once; each request is billed once and ends in one terminal state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn engines_sharing_a_store_never_repeat_a_side_effect() {
+    let setup = Setup::new().await;
+    let mut engines = Vec::new();
+    for _ in 0..4 {
+        engines.push(setup.engine(Some(15)).await);
+    }
+    let ids: std::collections::BTreeSet<_> = engines.iter().map(|e| e.id().clone()).collect();
+    assert_eq!(ids.len(), 4, "every engine has an id of its own");
+    let job = submit(&engines[0], &lines(240)).await;
+    let mut finished = false;
+    for _ in 0..400 {
+        let ticks: Vec<_> = engines
+            .iter()
+            .map(|engine| {
+                let engine = engine.clone();
+                tokio::spawn(async move { engine.tick().await })
+            })
+            .collect();
+        for tick in ticks {
+            tick.await.unwrap().unwrap();
+        }
+        if engines[1].store().job(job).await.unwrap().unwrap().state.is_terminal() {
+            finished = true;
+            break;
+        }
+        setup.sim.advance(1.0);
+    }
+    assert!(finished, "the job did not end");
+    let store = engines[2].store();
+    assert_eq!(store.job(job).await.unwrap().unwrap().state, JobState::Done);
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.accepted, counts.succeeded, counts.open()), (240, 240, 0));
+    // Two models of 120 requests, 15 per batch: 16 tranches.
+    let tranches = store.job_tranche_counts(job).await.unwrap();
+    assert_eq!(tranches, vec![(tranche_core::TrancheState::Done, 16)]);
+    let stats = setup.sim.stats();
+    assert_eq!(stats.files_uploaded, 16, "an input file was uploaded twice");
+    assert_eq!(stats.batches_created, 16, "a batch was created twice");
+    assert_eq!(stats.requests_billed, 240);
+    assert_eq!(stats.files_live, 0);
+    let billed = ledger_by_custom_id(&setup);
+    assert_eq!(billed.len(), 240);
+    assert!(billed.values().all(|outcomes| outcomes.len() == 1), "a request was billed twice");
+}

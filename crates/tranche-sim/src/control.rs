@@ -1,4 +1,5 @@
-//! The simulator's own control surface under `/sim` (no auth): stats, ledger, clock and config.
+//! The simulator's own control surface under `/sim` (no auth): stats, ledger, uploads, clock
+//! and config.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -17,6 +18,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/sim/health", get(health))
         .route("/sim/stats", get(stats))
         .route("/sim/ledger", get(ledger))
+        .route("/sim/uploads", get(uploads))
         .route("/sim/clock", get(clock))
         .route("/sim/clock/advance", post(advance))
         .route("/sim/config", get(get_config).post(set_config))
@@ -29,6 +31,11 @@ async fn health() -> axum::Json<Value> {
 async fn stats(State(state): State<AppState>) -> Response {
     let stats = lock(&state.sim).stats();
     axum::Json(stats).into_response()
+}
+
+/// Every file clients uploaded, deleted ones included.
+async fn uploads(State(state): State<AppState>) -> Response {
+    axum::Json(lock(&state.sim).uploads()).into_response()
 }
 
 /// The ledger as JSONL, streamed from its file on disk.

@@ -67,7 +67,7 @@ pub use config::{
     HttpFault, HttpFaultKind, LineFault, LineFaultKind, OpenAiConfig, ProcessingConfig, SimConfig,
 };
 pub use error::SimError;
-pub use stats::{ByProvider, LedgerEntry, LedgerOutcome, ProviderStats, SimStats};
+pub use stats::{ByProvider, LedgerEntry, LedgerOutcome, ProviderStats, SimStats, UploadEntry};
 
 use state::{SharedSim, Sim, lock};
 
@@ -242,6 +242,11 @@ impl SimHandle {
     /// Counters, as `GET /sim/stats` returns them.
     pub fn stats(&self) -> SimStats {
         lock(&self.sim).stats()
+    }
+
+    /// Every file clients uploaded, as `GET /sim/uploads` returns them.
+    pub fn uploads(&self) -> Vec<UploadEntry> {
+        lock(&self.sim).uploads()
     }
 
     /// Every request run so far, as `GET /sim/ledger` returns them.

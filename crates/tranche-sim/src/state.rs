@@ -25,7 +25,7 @@ use crate::model::{self, Corruption, ModelOutput, ModelRejection, PromptCache, R
 use crate::spool::{
     FileBody, IndexWriter, LedgerLog, LineReader, ResultSink, Spool, SpoolWorker, SpooledLines,
 };
-use crate::stats::{ByProvider, LedgerEntry, LedgerOutcome, SimStats};
+use crate::stats::{ByProvider, LedgerEntry, LedgerOutcome, SimStats, UploadEntry};
 use crate::validate::{self, BatchError, CustomIdOnly, ValidInput};
 
 /// How long a batch may run: the only `completion_window` there is, `24h`.
@@ -437,6 +437,8 @@ pub(crate) struct Sim {
     pub worker: Arc<SpoolWorker>,
     /// Every line run so far, on disk.
     ledger: LedgerLog,
+    /// Every file clients uploaded (one small entry per file, never its content).
+    uploads: Vec<UploadEntry>,
     /// How many times each (provider, custom_id) has run; non-sticky line faults are drawn per
     /// attempt. Kept only while the config has such faults (otherwise attempts do not matter),
     /// and rebuilt from the ledger (one entry per run) when they appear.
@@ -478,6 +480,7 @@ impl Sim {
             spool: Arc::new(spool),
             worker: Arc::new(SpoolWorker::start()?),
             ledger,
+            uploads: Vec::new(),
             attempts: None,
             prompt_cache: PromptCache::default(),
             fault_draws: Vec::new(),
@@ -611,7 +614,7 @@ impl Sim {
     ) -> FileRecord {
         let now = secs(self.sync());
         self.counters.get_mut(provider).files_uploaded += 1;
-        self.files.insert(FileRecord {
+        let record = self.files.insert(FileRecord {
             id: new_id("file-"),
             provider,
             purpose,
@@ -620,7 +623,20 @@ impl Sim {
             expires_at: expires_after.map(|s| now + s),
             content,
             seq: 0,
-        })
+        });
+        self.uploads.push(UploadEntry {
+            provider: provider.as_str().to_owned(),
+            file_id: record.id.clone(),
+            filename: record.filename.clone(),
+            purpose: record.purpose.clone(),
+            created_at: record.created_at,
+        });
+        record
+    }
+
+    /// Every file clients uploaded so far, oldest first, deleted ones included.
+    pub(crate) fn uploads(&self) -> Vec<UploadEntry> {
+        self.uploads.clone()
     }
 
     pub(crate) fn file(&mut self, provider: Provider, id: &str) -> Option<FileRecord> {

@@ -54,6 +54,17 @@ impl ByProvider {
     }
 }
 
+/// One file a client uploaded, as `GET /sim/uploads` lists it (deleted files included), so
+/// that a test can tell whether a client uploaded one input twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadEntry {
+    pub provider: String,
+    pub file_id: String,
+    pub filename: String,
+    pub purpose: String,
+    pub created_at: i64,
+}
+
 /// Body of `GET /sim/stats`: totals over all providers, then the split.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimStats {

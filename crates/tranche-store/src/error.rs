@@ -28,6 +28,20 @@ pub enum StoreError {
     DuplicateCustomIds(Vec<DuplicateCustomId>),
 }
 
+impl StoreError {
+    /// Whether the database was busy or locked by another engine past the busy timeout: worth
+    /// trying again later, never a reason for an engine to stop.
+    pub fn is_contention(&self) -> bool {
+        let Self::Database(sqlx::Error::Database(e)) = self else { return false };
+        // SQLite's primary result codes SQLITE_BUSY (5) and SQLITE_LOCKED (6), whatever the
+        // extended code (BUSY_SNAPSHOT, BUSY_TIMEOUT, ...) in the upper bits.
+        e.code().and_then(|code| code.parse::<i32>().ok()).is_some_and(|code| {
+            let primary = code & 0xff;
+            primary == 5 || primary == 6
+        })
+    }
+}
+
 /// A request whose custom id an earlier line of its job already used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DuplicateCustomId {

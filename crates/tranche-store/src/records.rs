@@ -1,8 +1,11 @@
 //! Plain records the store reads and writes.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 use tranche_core::{
-    Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
+    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, RequestState, TrancheId,
+    TrancheState,
 };
 
 /// A job as first recorded.
@@ -152,8 +155,27 @@ pub struct TrancheRecord {
     pub est_tokens: u64,
     /// The user cancelled every job with requests in it.
     pub cancel_requested: bool,
+    /// The engine stepping it, while one holds its lease (an expired lease may linger here).
+    pub lease_owner: Option<EngineId>,
+    /// When that lease lapses, in unix milliseconds of the database's clock.
+    pub lease_expires_at: i64,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+/// A lease just taken or renewed: how long it has left, as the database judged it. The holder
+/// counts down from there on its own monotonic clock, so clocks of other hosts never matter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub remaining: Duration,
+}
+
+/// What a compare-and-set transition of a tranche expects: the lease it holds and the state
+/// it last saw. A transition that finds either changed changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub token: LeaseToken,
+    pub state: TrancheState,
 }
 
 /// One line of a tranche's input.

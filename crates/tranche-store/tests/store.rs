@@ -2,10 +2,36 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
+use std::time::Duration;
+
 use tranche_core::{
-    Endpoint, JobId, JobState, ProviderKind, RequestState, TrancheId, TrancheState,
+    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, RequestState, TrancheId,
+    TrancheState,
 };
 use tranche_store::*;
+
+/// Records a tranche and claims requests into it under a planning lease, as an engine does.
+async fn create_tranche(store: &Store, tranche: &NewTranche, ids: &[i64]) -> Option<u64> {
+    let token = LeaseToken::new();
+    let engine = EngineId::new("test", 1);
+    let duty = format!("plan:{token}");
+    store.acquire_duty(&duty, &engine, token, Duration::from_secs(60)).await.unwrap().unwrap();
+    let claimed = store.create_tranche(tranche, ids, (&duty, token)).await.unwrap();
+    store.release_duty(&duty, token).await.unwrap();
+    claimed
+}
+
+/// Takes a tranche's lease, as an engine does before it steps it.
+async fn lease(store: &Store, tranche: TrancheId) -> Held {
+    let token = LeaseToken::new();
+    let engine = EngineId::new("test", 1);
+    let (record, _) = store
+        .lease_tranche(tranche, &engine, token, Duration::from_secs(60), i64::MAX)
+        .await
+        .unwrap()
+        .unwrap();
+    Held { token, state: record.state }
+}
 
 async fn store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
@@ -83,7 +109,7 @@ async fn claim_all(store: &Store, model: &str) -> (TrancheId, Vec<i64>) {
         bytes: 0,
         created_at: 1,
     };
-    store.create_tranche(&tranche, &ids).await.unwrap();
+    create_tranche(store, &tranche, &ids).await;
     (tranche.id, ids)
 }
 
@@ -125,7 +151,8 @@ async fn successes_are_recorded_in_bulk_once_each() {
     let (_dir, store) = store().await;
     let job = add_job(&store, 1_200, "m").await;
     let (tranche, _) = claim_all(&store, "m").await;
-    let mut writer = store.begin_ingest(tranche).await.unwrap();
+    let held = lease(&store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
     // More lines than one statement takes, an unknown id and a repeated one.
     let mut lines: Vec<Success> =
         (0..1_100).map(|i| success(&format!("k{i}:t:v1"), &format!(r#"{{"n": {i}}}"#))).collect();
@@ -136,7 +163,7 @@ async fn successes_are_recorded_in_bulk_once_each() {
     let mut again = vec![success("k7:t:v1", "{}")];
     assert_eq!(writer.record_successes(&mut again, 9).await.unwrap(), 0, "recorded already");
     assert_eq!(writer.unanswered().await.unwrap().len(), 100);
-    writer.commit(TrancheState::Cleaning, 9).await.unwrap();
+    assert!(writer.commit(TrancheState::Cleaning, 9).await.unwrap());
 
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.succeeded, counts.queued), (1_100, 100));
@@ -205,10 +232,10 @@ async fn requests_are_claimed_into_one_tranche_only() {
         bytes: 40,
         created_at: 101,
     };
-    assert_eq!(store.create_tranche(&first, &ids).await.unwrap(), 4);
+    assert_eq!(create_tranche(&store, &first, &ids).await, Some(4));
     let second = NewTranche { id: TrancheId::new(), ..first.clone() };
-    assert_eq!(store.create_tranche(&second, &ids).await.unwrap(), 0);
-    assert_eq!(store.tranche(second.id).await.unwrap().unwrap().request_count, 0);
+    assert_eq!(create_tranche(&store, &second, &ids).await, Some(0));
+    assert!(store.tranche(second.id).await.unwrap().is_none(), "an empty tranche is not kept");
     assert_eq!(store.tranche(first.id).await.unwrap().unwrap().request_count, 4);
     assert_eq!(store.job(id).await.unwrap().unwrap().state, JobState::Running);
     assert!(pending_ids(&store, "m").await.is_empty());
@@ -228,7 +255,7 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
         bytes: 30,
         created_at: 1,
     };
-    store.create_tranche(&tranche, &ids).await.unwrap();
+    create_tranche(&store, &tranche, &ids).await;
     let ok = ResultUpdate {
         state: RequestState::Succeeded,
         outcome: AttemptOutcome::Succeeded,
@@ -241,7 +268,8 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
         not_before: 0,
         at: 2,
     };
-    let mut writer = store.begin_ingest(tranche.id).await.unwrap();
+    let held = lease(&store, tranche.id).await;
+    let mut writer = store.begin_ingest(tranche.id, held).await.unwrap();
     assert!(writer.record("k0:t:v1", &ok).await.unwrap());
     assert!(
         !writer.record("k0:t:v1", &ok).await.unwrap(),
@@ -266,7 +294,7 @@ async fn results_are_recorded_once_and_the_rest_in_bulk() {
     for (wire_id, _) in &rest {
         assert!(writer.record(wire_id, &failed).await.unwrap());
     }
-    writer.commit(TrancheState::Cleaning, 2).await.unwrap();
+    assert!(writer.commit(TrancheState::Cleaning, 2).await.unwrap());
 
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.succeeded, counts.failed, counts.open()), (1, 2, 0));
@@ -299,7 +327,7 @@ async fn provider_files_are_tracked_until_deleted() {
         bytes: 10,
         created_at: 1,
     };
-    store.create_tranche(&tranche, &ids).await.unwrap();
+    create_tranche(&store, &tranche, &ids).await;
     for (file, purpose) in
         [("file-in", FilePurpose::BatchInput), ("file-out", FilePurpose::BatchOutput)]
     {

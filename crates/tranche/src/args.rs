@@ -146,6 +146,11 @@ pub struct EngineArgs {
     /// At most this many bytes of input per provider batch.
     #[arg(long)]
     pub max_batch_bytes: Option<u64>,
+    /// Seconds a lease on a tranche step or on planning lasts unless renewed, decimals
+    /// allowed; engines sharing a store take turns by them, and the work of an engine that
+    /// died resumes after at most this long [default: 60].
+    #[arg(long)]
+    pub lease: Option<f64>,
 }
 
 #[derive(Debug, Args)]

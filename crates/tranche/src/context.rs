@@ -66,6 +66,9 @@ pub fn engine_config(data_dir: &Path, args: &EngineArgs) -> Result<EngineConfig,
     config.max_batch_bytes = args.max_batch_bytes;
     config.min_batch_size = args.min_batch_size.max(1);
     config.max_wait = seconds("--max-wait", args.max_wait, true)?;
+    if let Some(lease) = args.lease {
+        config.lease = seconds("--lease", lease, false)?;
+    }
     config.default_token_budget = args.default_token_budget;
     let mut budgets = BTreeMap::new();
     for entry in &args.token_budgets {

@@ -28,10 +28,23 @@ pub async fn job_status(store: &Store, job: &JobRecord) -> Result<serde_json::Va
         .collect();
     let tokens = store.job_tokens(job.id).await?;
     let files = store.job_file_counts(job.id).await?;
+    let live = store.job_live_tranches(job.id).await?;
+    // Which engine is stepping which of the job's tranches (leases the database has not yet
+    // seen lapse; one whose engine died shows until it does).
+    let leases: Vec<serde_json::Value> = live
+        .iter()
+        .filter_map(|(tranche, _)| {
+            let owner = tranche.lease_owner.as_ref()?;
+            Some(serde_json::json!({
+                "tranche_id": tranche.id.to_string(),
+                "state": tranche.state.as_str(),
+                "engine": owner.as_str(),
+                "lease_expires_at_ms": tranche.lease_expires_at,
+            }))
+        })
+        .collect();
     // Why unfinished tranches are held up (retry backoff, an adoption that waits), if they are.
-    let waiting: Vec<serde_json::Value> = store
-        .job_live_tranches(job.id)
-        .await?
+    let waiting: Vec<serde_json::Value> = live
         .into_iter()
         .filter_map(|(tranche, _)| {
             let error = tranche.last_error?;
@@ -64,6 +77,7 @@ pub async fn job_status(store: &Store, job: &JobRecord) -> Result<serde_json::Va
         "files": files,
         "error": job.last_error,
         "waiting": waiting,
+        "leases": leases,
     }))
 }
 

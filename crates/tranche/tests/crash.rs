@@ -144,6 +144,9 @@ fn a_worker_killed_at_random_moments_loses_repeats_and_doubles_nothing() {
             "0.02",
             "--max-batch-requests",
             "40",
+            // A killed worker's leases lapse after a second; the next one takes over then.
+            "--lease",
+            "1",
         ]);
         if until_idle {
             cmd.arg("--until-idle");

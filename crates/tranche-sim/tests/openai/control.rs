@@ -2,7 +2,7 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tranche_sim::{LedgerEntry, LedgerOutcome, SimConfig, SimStats, Simulator};
+use tranche_sim::{LedgerEntry, LedgerOutcome, SimConfig, SimStats, Simulator, UploadEntry};
 
 use crate::helpers::{TestSim, chat_file, frozen, paced};
 
@@ -56,6 +56,33 @@ async fn stats_and_ledger_count_what_ran() {
     for key in ["provider", "batch_id", "custom_id", "outcome", "input_tokens", "output_tokens"] {
         assert!(first.as_object().unwrap().contains_key(key));
     }
+}
+
+#[tokio::test]
+async fn uploads_lists_every_uploaded_file_deleted_ones_included() {
+    let t = TestSim::new(frozen()).await;
+    let b = t.start(&chat_file(2)).await;
+    let input = b["input_file_id"].as_str().unwrap().to_owned();
+    let (status, _) = t.delete(&format!("/files/{input}")).await;
+    assert_eq!(status, StatusCode::OK);
+    let uploads = t.sim.uploads();
+    assert_eq!(uploads.len(), 1);
+    assert_eq!(
+        (uploads[0].file_id.as_str(), uploads[0].provider.as_str()),
+        (input.as_str(), "openai")
+    );
+    assert_eq!(uploads[0].purpose, "batch");
+    let http: Vec<UploadEntry> = t
+        .client
+        .get(format!("{}/sim/uploads", t.sim.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(http, uploads);
+    assert_eq!(t.sim.stats().files_live, 0, "the file itself is gone");
 }
 
 #[tokio::test]

@@ -1,4 +1,5 @@
-//! The SQLite store: one file in WAL mode, migrations embedded in the binary.
+//! The SQLite store: one file in WAL mode, migrations embedded in the binary; write
+//! transactions take the write lock up front, and a busy database is waited for.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -13,10 +14,14 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, SqlSafeStr, Sqlite, Transaction};
-use tranche_core::{Endpoint, JobId, JobState, ProviderKind, TrancheId, TrancheState};
+use tranche_core::{
+    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, TrancheId, TrancheState,
+};
 
 use crate::error::{DuplicateCustomId, StoreError, StoreResult};
 use crate::records::*;
+
+mod leases;
 
 fn migrator() -> Migrator {
     let migration = |version, name, sql: &'static str| {
@@ -29,8 +34,13 @@ fn migrator() -> Migrator {
         )
     };
     Migrator::with_migrations(vec![
-        migration(1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
-        migration(2, "lean requests", include_str!("../migrations/sqlite/0002_lean_requests.sql")),
+        migration(1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
+        migration(
+            2,
+            "lean requests",
+            include_str!("../../migrations/sqlite/0002_lean_requests.sql"),
+        ),
+        migration(3, "leases", include_str!("../../migrations/sqlite/0003_leases.sql")),
     ])
 }
 
@@ -109,6 +119,13 @@ impl Store {
         Ok(Self { pool })
     }
 
+    /// Starts a transaction that writes. `BEGIN IMMEDIATE` takes the write lock at once (waiting
+    /// out the busy timeout), so that it never fails half-way when another engine wrote since
+    /// it first read, as a deferred transaction would.
+    async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
     /// Closes every connection, checkpointing the WAL.
     pub async fn close(&self) {
         self.pool.close().await;
@@ -119,7 +136,7 @@ impl Store {
     /// Starts recording a job. Nothing is visible to others until [`JobWriter::commit`];
     /// dropping the writer stores nothing.
     pub async fn begin_job(&self, job: NewJob) -> StoreResult<JobWriter> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO jobs (id, provider, state, source, settings, accepted, created_at, updated_at)
              VALUES (?, ?, 'pending', ?, ?, 0, ?, ?)",
@@ -185,18 +202,20 @@ impl Store {
         rows.iter().map(job_from_row).collect()
     }
 
+    /// Moves an open job to `state` (compare-and-set: a job that has ended stays as it
+    /// ended). Returns whether it moved.
     pub async fn set_job_state(
         &self,
         id: JobId,
         state: JobState,
         last_error: Option<&serde_json::Value>,
         at: i64,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         let finished_at = state.is_terminal().then_some(at);
-        sqlx::query(
+        let done = sqlx::query(
             "UPDATE jobs SET state = ?, last_error = COALESCE(?, last_error), updated_at = ?,
                     finished_at = COALESCE(finished_at, ?)
-             WHERE id = ?",
+             WHERE id = ? AND state IN ('pending', 'running')",
         )
         .bind(state.as_str())
         .bind(last_error.map(serde_json::Value::to_string))
@@ -205,7 +224,7 @@ impl Store {
         .bind(id.to_string())
         .execute(&self.pool)
         .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     pub async fn job_counts(&self, id: JobId) -> StoreResult<RequestCounts> {
@@ -369,7 +388,7 @@ impl Store {
     /// Answers waiting requests of one provider from an earlier succeeded result with the same
     /// custom id and input hash (from any job), at no cost. Returns how many were answered.
     pub async fn answer_from_earlier(&self, provider: ProviderKind, now: i64) -> StoreResult<u64> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         // A pending request has no output yet (success is terminal), so the outputs copied
         // here mark exactly the requests answered.
         let copied = sqlx::query(
@@ -421,7 +440,7 @@ impl Store {
     /// Marks a job as cancelled by its user and cancels its requests that are still waiting
     /// for a tranche. Returns how many requests that cancelled.
     pub async fn cancel_job(&self, id: JobId, at: i64) -> StoreResult<u64> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ?")
             .bind(at)
             .bind(id.to_string())
@@ -475,7 +494,7 @@ impl Store {
     /// Ends a job's queued requests in a tranche shared with other jobs as cancelled; the
     /// tranche goes on for the others, and their results for this job are ignored.
     pub async fn detach_job(&self, job: JobId, tranche: TrancheId, at: i64) -> StoreResult<u64> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE requests SET state = 'cancelled', finished_at = ?
              WHERE job_id = ? AND tranche_id = ? AND state = 'queued'",
@@ -494,14 +513,26 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Records a tranche and claims its requests, in one transaction. Requests no longer
-    /// pending are not claimed; the tranche's count is what was claimed. Returns that count.
+    /// Records a tranche and claims its requests, in one transaction, while the planning duty
+    /// `duty` is still held with `token`. Requests no longer pending are not claimed; the
+    /// tranche's count is what was claimed. Returns that count (a tranche that would claim
+    /// none is not recorded), or `None` when the duty's lease passed to another engine (then
+    /// nothing is recorded).
     pub async fn create_tranche(
         &self,
         tranche: &NewTranche,
         request_ids: &[i64],
-    ) -> StoreResult<u64> {
-        let mut tx = self.pool.begin().await?;
+        duty: (&str, LeaseToken),
+    ) -> StoreResult<Option<u64>> {
+        let mut tx = self.begin_write().await?;
+        let held = sqlx::query("SELECT 1 FROM leases WHERE name = ? AND token = ?")
+            .bind(duty.0)
+            .bind(duty.1.to_string())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if held.is_none() {
+            return Ok(None);
+        }
         let id = tranche.id.to_string();
         sqlx::query(
             "INSERT INTO tranches (id, provider, endpoint, model, state, request_count, bytes,
@@ -529,6 +560,10 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        if claimed == 0 {
+            // Dropping the transaction rolls the empty tranche back.
+            return Ok(Some(0));
+        }
         sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
             .bind(to_i64(claimed))
             .bind(&id)
@@ -550,17 +585,20 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(claimed)
+        Ok(Some(claimed))
     }
 
     // ---- tranches --------------------------------------------------------------------------
 
-    /// Tranches with work left whose backoff has passed, oldest first.
+    /// Tranches with work left whose backoff has passed and that no engine holds a live
+    /// lease on, oldest first. Stepping one takes its lease first ([`Store::lease_tranche`]).
     pub async fn due_tranches(&self, now: i64) -> StoreResult<Vec<TrancheRecord>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query(concat!(
             "SELECT * FROM tranches WHERE state NOT IN ('done', 'failed') AND not_before <= ?
-             ORDER BY created_at, id",
-        )
+               AND (lease_token IS NULL OR lease_expires_at <= ",
+            leases::db_now_ms!(),
+            ") ORDER BY created_at, id"
+        ))
         .bind(now)
         .fetch_all(&self.pool)
         .await?;
@@ -606,9 +644,16 @@ impl Store {
         .boxed()
     }
 
-    /// Moves a tranche to a new state, recording the fields the step learned.
-    pub async fn update_tranche(&self, id: TrancheId, update: TrancheUpdate) -> StoreResult<()> {
-        sqlx::query(
+    /// Moves a tranche to a new state, recording the fields the step learned: a
+    /// compare-and-set on the lease and state in `held`. Returns false, changing nothing, when
+    /// either is no longer what the caller holds.
+    pub async fn update_tranche(
+        &self,
+        id: TrancheId,
+        held: Held,
+        update: TrancheUpdate,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
             "UPDATE tranches SET
                 state = ?,
                 input_file_id = COALESCE(?, input_file_id),
@@ -621,7 +666,7 @@ impl Store {
                 last_error = ?,
                 not_before = ?,
                 updated_at = ?
-             WHERE id = ?",
+             WHERE id = ? AND state = ? AND lease_token = ?",
         )
         .bind(update.state.as_str())
         .bind(update.input_file_id)
@@ -635,9 +680,11 @@ impl Store {
         .bind(update.not_before)
         .bind(update.at)
         .bind(id.to_string())
+        .bind(held.state.as_str())
+        .bind(held.token.to_string())
         .execute(&self.pool)
         .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     /// How many tranches holding a job's requests still have work left (cleanup included).
@@ -699,25 +746,29 @@ impl Store {
             .collect()
     }
 
-    /// Puts a tranche off until `not_before`, recording why, without touching its state (which
-    /// may have moved to an "-ing" intent since the caller read it).
+    /// Puts a tranche off until `not_before`, recording why, without touching its state (the
+    /// "-ing" intent the step recorded stays). Compares the lease token; returns whether the
+    /// tranche was still held.
     pub async fn defer_tranche(
         &self,
         id: TrancheId,
+        token: LeaseToken,
         last_error: &serde_json::Value,
         not_before: i64,
         at: i64,
-    ) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE tranches SET last_error = ?, not_before = ?, updated_at = ? WHERE id = ?",
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE tranches SET last_error = ?, not_before = ?, updated_at = ?
+             WHERE id = ? AND lease_token = ?",
         )
         .bind(last_error.to_string())
         .bind(not_before)
         .bind(at)
         .bind(id.to_string())
+        .bind(token.to_string())
         .execute(&self.pool)
         .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     // ---- provider files --------------------------------------------------------------------
@@ -795,9 +846,10 @@ impl Store {
 
     // ---- results ---------------------------------------------------------------------------
 
-    /// Starts recording a tranche's results, in one transaction.
-    pub async fn begin_ingest(&self, tranche: TrancheId) -> StoreResult<IngestWriter> {
-        let mut tx = self.pool.begin().await?;
+    /// Starts recording a tranche's results, in one transaction, under the lease and state in
+    /// `held` (compared again when the writer commits).
+    pub async fn begin_ingest(&self, tranche: TrancheId, held: Held) -> StoreResult<IngestWriter> {
+        let mut tx = self.begin_write().await?;
         // Successes wait here, keyed (and so sorted) by request id, until they are applied to
         // `requests` in one pass in id order. Temporary: private to this connection.
         sqlx::query(
@@ -812,7 +864,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         sqlx::query("DELETE FROM temp.ingest_successes").execute(&mut *tx).await?;
-        Ok(IngestWriter { tx, tranche: tranche.to_string(), staged: false, finished_at: 0 })
+        Ok(IngestWriter { tx, tranche: tranche.to_string(), held, staged: false, finished_at: 0 })
     }
 }
 
@@ -1012,6 +1064,7 @@ impl JobWriter {
 pub struct IngestWriter {
     tx: Transaction<'static, Sqlite>,
     tranche: String,
+    held: Held,
     /// Successes are staged and not yet applied to `requests`.
     staged: bool,
     /// When the staged successes were recorded.
@@ -1224,18 +1277,30 @@ impl IngestWriter {
         Ok(())
     }
 
-    /// Makes all recorded results visible at once, and moves the tranche to `next`.
-    pub async fn commit(mut self, next: TrancheState, at: i64) -> StoreResult<()> {
+    /// Makes all recorded results visible at once, and moves the tranche to `next`. Returns
+    /// false, recording nothing, when the tranche's lease or state is
+    /// no longer what the writer was begun with.
+    pub async fn commit(mut self, next: TrancheState, at: i64) -> StoreResult<bool> {
         self.apply_staged().await?;
-        sqlx::query("UPDATE tranches SET state = ?, updated_at = ?, not_before = ? WHERE id = ?")
-            .bind(next.as_str())
-            .bind(at)
-            .bind(at)
-            .bind(&self.tranche)
-            .execute(&mut *self.tx)
-            .await?;
+        let moved = sqlx::query(
+            "UPDATE tranches SET state = ?, updated_at = ?, not_before = ?
+             WHERE id = ? AND state = ? AND lease_token = ?",
+        )
+        .bind(next.as_str())
+        .bind(at)
+        .bind(at)
+        .bind(&self.tranche)
+        .bind(self.held.state.as_str())
+        .bind(self.held.token.to_string())
+        .execute(&mut *self.tx)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            // Dropping the transaction rolls every recorded result back.
+            return Ok(false);
+        }
         self.tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -1292,6 +1357,8 @@ fn tranche_from_row(row: &SqliteRow) -> StoreResult<TrancheRecord> {
         not_before: row.try_get("not_before")?,
         est_tokens: to_u64(row.try_get("est_tokens")?),
         cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
+        lease_owner: row.try_get::<Option<String>, _>("lease_owner")?.map(EngineId::from_stored),
+        lease_expires_at: row.try_get("lease_expires_at")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
