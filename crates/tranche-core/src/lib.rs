@@ -1,5 +1,7 @@
-//! tranche's domain: identities, fingerprints, input parsing and tranche planning; does no IO.
+//! tranche's domain: identities, fingerprints, input parsing, tranche planning, provider line
+//! codecs and the clock the engine reads; does no IO.
 
+pub mod clock;
 pub mod codec;
 pub mod hash;
 pub mod ids;
@@ -9,7 +11,8 @@ pub mod provider;
 pub mod state;
 pub mod tokens;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use hash::InputHash;
 pub use ids::{CustomId, CustomIdError, EngineId, JobId, LeaseToken, TrancheId};
 pub use provider::{Endpoint, ProviderKind};
-pub use state::{JobState, RequestState, TrancheState};
+pub use state::{AttemptOutcome, JobState, RequestState, TrancheState};

@@ -125,6 +125,30 @@ impl TrancheState {
     }
 }
 
+/// How one attempt of a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Succeeded,
+    Errored,
+    Expired,
+    Cancelled,
+    /// The batch ended without a line for the request.
+    Missing,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Errored => "errored",
+            Self::Expired => "expired",
+            Self::Cancelled => "cancelled",
+            Self::Missing => "missing",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+pub use tranche_core::AttemptOutcome;
 use tranche_core::{
     Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, RequestState, TrancheId,
     TrancheState,
@@ -225,30 +226,6 @@ pub struct FileCounts {
     pub created_by_provider: u64,
     pub deleted: u64,
     pub live: u64,
-}
-
-/// How one attempt of a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AttemptOutcome {
-    Succeeded,
-    Errored,
-    Expired,
-    Cancelled,
-    /// The batch ended without a line for the request.
-    Missing,
-}
-
-impl AttemptOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Succeeded => "succeeded",
-            Self::Errored => "errored",
-            Self::Expired => "expired",
-            Self::Cancelled => "cancelled",
-            Self::Missing => "missing",
-        }
-    }
 }
 
 /// The result of one request within a tranche, as the engine decided it.

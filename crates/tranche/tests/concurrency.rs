@@ -1,0 +1,256 @@
+//! Many engines on one store: three `tranche worker` processes, a `tranche run` of a second job
+//! and a `tranche cancel` of a third, with workers SIGKILLed at seeded random moments. Nothing
+//! may be uploaded or created twice, every request ends in one terminal state, and no engine
+//! stops with an error because another one had the database.
+
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "test helpers fail loudly")]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use support::{Env, Sim, text};
+
+fn get(url: &str) -> String {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async { reqwest::get(url).await.unwrap().text().await.unwrap() })
+}
+
+fn get_authed(url: &str) -> Value {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let text = runtime.block_on(async {
+        reqwest::Client::new()
+            .get(url)
+            .bearer_auth("sk-test-key")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `n` lines of one task; every job has its own task, so no two jobs share a custom id.
+fn lines(task: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let model = if i % 2 == 0 { "gpt-4o-mini" } else { "gpt-4.1-mini" };
+            let line = serde_json::json!({
+                "key": format!("doc:{i}"),
+                "body": {"model": model, "messages": [{"role": "user", "content": format!("{task} doc:{i}")}]},
+            });
+            format!("{line}\n")
+        })
+        .collect()
+}
+
+fn submit(env: &Env, task: &str, n: usize) -> String {
+    let input = env.write(&format!("{task}.jsonl"), &lines(task, n));
+    let out = env
+        .tranche()
+        .args(["submit", input.to_str().unwrap(), "--task", task, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    answer["job_id"].as_str().unwrap().to_owned()
+}
+
+/// The engine flags every process shares: fast polls, short leases (a killed worker's work
+/// resumes a second later), small batches (many tranches to race for).
+const ENGINE: [&str; 6] = ["--poll-interval", "0.02", "--lease", "1", "--max-batch-requests", "40"];
+
+struct Workers<'a> {
+    env: &'a Env,
+    sim: &'a Sim,
+    children: Vec<Child>,
+    spawned: usize,
+}
+
+impl Workers<'_> {
+    fn spawn(&mut self) -> Child {
+        self.spawned += 1;
+        let log = File::create(self.env.path(&format!("worker-{}.log", self.spawned))).unwrap();
+        self.env
+            .tranche()
+            .args(["worker", "--base-url", &self.sim.openai])
+            .args(ENGINE)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for Workers<'_> {
+    /// A failed assertion must not leave workers running.
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Kills the child when dropped, unless it has ended.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_with_deadline(child: &mut Child, deadline: Instant) -> std::process::ExitStatus {
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "a process did not finish in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn workers_a_run_and_a_cancel_on_one_store_repeat_and_lose_nothing() {
+    let kills: usize =
+        std::env::var("TRANCHE_CONCURRENCY_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let seed: u64 =
+        std::env::var("TRANCHE_CONCURRENCY_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let sim = Sim::start(&["--speed", "30"]);
+    let env = Env::new();
+    let worked = submit(&env, "worked", 600);
+    let cancelled = submit(&env, "cancelled", 300);
+
+    let run_input = env.write("run.jsonl", &lines("run", 600));
+    let mut run = Reaped(
+        env.tranche()
+            .args(["run", run_input.to_str().unwrap(), "--task", "run", "--json"])
+            .args(["--base-url", &sim.openai])
+            .args(ENGINE)
+            .stdout(Stdio::piped())
+            .stderr(File::create(env.path("run.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut workers = Workers { env: &env, sim: &sim, children: Vec::new(), spawned: 0 };
+    for _ in 0..3 {
+        let child = workers.spawn();
+        workers.children.push(child);
+    }
+    // The cancel comes while the engines are busy with the job (its batches take a few
+    // seconds at this speed), amid the first kills.
+    std::thread::sleep(Duration::from_millis(rng.random_range(100..400)));
+    let out = env.tranche().args(["cancel", &cancelled]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(rng.random_range(40..400)));
+        let victim = rng.random_range(0..workers.children.len());
+        let mut child = workers.children.swap_remove(victim);
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let replacement = workers.spawn();
+        workers.children.push(replacement);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = wait_with_deadline(&mut run.0, deadline);
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(run.0.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "tranche run: {status}\n{stdout}\n{}", log(&env, "run.log"));
+    let run_status: Value = serde_json::from_str(&stdout).unwrap();
+    let run_job = run_status["job_id"].as_str().unwrap().to_owned();
+
+    // The surviving workers stop cleanly on SIGTERM; a last one finishes whatever is left.
+    for mut child in std::mem::take(&mut workers.children) {
+        let pid = child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let status = wait_with_deadline(&mut child, Instant::now() + Duration::from_secs(60));
+        assert!(status.success(), "a worker stopped with {status}");
+    }
+    let out = env
+        .tranche()
+        .args(["worker", "--until-idle", "--base-url", &sim.openai])
+        .args(ENGINE)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    // No process gave up because another had the database.
+    for n in 1..=workers.spawned {
+        let log = log(&env, &format!("worker-{n}.log"));
+        // The CLI reports what stopped it on a line of its own starting `error:`.
+        assert!(!log.lines().any(|l| l.starts_with("error:")), "worker {n} failed:\n{log}");
+        assert!(!log.contains("database is locked") || log.contains("trying again"), "{log}");
+    }
+
+    // Every request ended in exactly one terminal state.
+    for (job, n) in [(&worked, 600u64), (&run_job, 600)] {
+        let status = env.status_json(Some(job));
+        assert_eq!(status["state"], "done", "{status}");
+        assert_eq!(status["counts"]["succeeded"], n, "{status}");
+        assert_eq!(status["counts"]["pending"], 0);
+    }
+    let status = env.status_json(Some(&cancelled));
+    assert_eq!(status["state"], "cancelled", "{status}");
+    let counts = &status["counts"];
+    let ended = ["succeeded", "failed", "cancelled"].map(|k| counts[k].as_u64().unwrap());
+    assert_eq!(ended.iter().sum::<u64>(), 300, "{status}");
+    assert_eq!(counts["pending"], 0);
+
+    // At the provider: each tranche's file uploaded once, its batch created once, each
+    // request billed at most once (exactly once for the jobs that ran), no file left.
+    let base = sim.openai.trim_end_matches("/v1");
+    let uploads: Vec<Value> = serde_json::from_str(&get(&format!("{base}/sim/uploads"))).unwrap();
+    let mut by_name = BTreeMap::<String, usize>::new();
+    for upload in &uploads {
+        *by_name.entry(upload["filename"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    assert!(by_name.values().all(|&n| n == 1), "an input file was uploaded twice: {by_name:?}");
+    let mut by_tranche = BTreeMap::<String, usize>::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut url = format!("{}/batches?limit=100", sim.openai);
+        if let Some(after) = &after {
+            url.push_str(&format!("&after={after}"));
+        }
+        let page = get_authed(&url);
+        for batch in page["data"].as_array().unwrap() {
+            let tranche = batch["metadata"]["tranche_id"].as_str().unwrap().to_owned();
+            assert!(by_name.contains_key(&format!("tranche-{tranche}.jsonl")));
+            *by_tranche.entry(tranche).or_default() += 1;
+        }
+        if page["has_more"] != true {
+            break;
+        }
+        after = page["last_id"].as_str().map(str::to_owned);
+    }
+    assert!(by_tranche.values().all(|&n| n == 1), "a batch was created twice: {by_tranche:?}");
+    let mut billed = BTreeMap::<String, usize>::new();
+    for line in get(&format!("{base}/sim/ledger")).lines() {
+        let entry: Value = serde_json::from_str(line).unwrap();
+        if entry["outcome"] == "succeeded" {
+            *billed.entry(entry["custom_id"].as_str().unwrap().to_owned()).or_default() += 1;
+        }
+    }
+    assert!(billed.values().all(|&n| n == 1), "a request was billed twice");
+    for task in ["worked", "run"] {
+        let ran = billed.keys().filter(|id| id.ends_with(&format!(":{task}:v1"))).count();
+        assert_eq!(ran, 600, "{task}");
+    }
+    let stats: Value = serde_json::from_str(&get(&format!("{base}/sim/stats"))).unwrap();
+    assert_eq!(stats["files_live"], 0, "files left at the provider");
+}
+
+fn log(env: &Env, name: &str) -> String {
+    std::fs::read_to_string(env.path(name)).unwrap_or_default()
+}
