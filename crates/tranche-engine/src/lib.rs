@@ -4,13 +4,20 @@
 //! the next step starts, so a restarted engine continues where the last one stopped. The
 //! engine never speaks HTTP itself; it goes through `tranche_providers::Provider`.
 
+mod cancel;
+mod config;
+mod engine;
 mod error;
 mod lease;
-mod reconcile;
+mod policy;
+mod recover;
+mod settle;
+mod steps;
 mod submit;
 
+pub use config::{EngineConfig, Until};
+pub use engine::{Engine, Providers};
 pub use error::EngineError;
-pub use reconcile::{Engine, EngineConfig, Providers, Until};
 pub use submit::{SubmitError, Submitted};
 
 /// The current time in unix seconds.

@@ -11,7 +11,7 @@ use tranche_core::input::{
 use tranche_core::plan::TrancheLimits;
 use tranche_store::{NewJob, NewRequest, StoreError};
 
-use crate::reconcile::Engine;
+use crate::engine::Engine;
 
 /// A job accepted durably.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

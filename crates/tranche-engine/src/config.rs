@@ -1,0 +1,102 @@
+//! How an engine works: the deployment's settings (paths, poll intervals, retry backoff,
+//! planning limits, token budgets, lease length), and when `Engine::drive` returns.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tranche_core::plan::TrancheLimits;
+use tranche_core::{JobId, ProviderKind};
+
+/// How the engine works. Paths are where it keeps files of its own.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Raw result files, one folder per tranche.
+    pub raw_dir: PathBuf,
+    /// Input files being built before upload.
+    pub outbox_dir: PathBuf,
+    /// How long to wait between two polls of a running batch...
+    pub poll_interval: Duration,
+    /// ...unless its provider has its own interval here (Azure advises at least 60 s).
+    pub provider_poll_intervals: BTreeMap<ProviderKind, Duration>,
+    /// The first wait after a retryable upstream failure.
+    pub retry_backoff: Duration,
+    /// Lower the providers' per-batch request limit.
+    pub max_batch_requests: Option<usize>,
+    /// Lower the providers' per-batch byte limit.
+    pub max_batch_bytes: Option<u64>,
+    /// How many times a request is sent at most, unless its job says otherwise.
+    pub max_attempts: u32,
+    /// How many whole-batch failures (validation, token limit) may return a request to the
+    /// pool without spending an attempt.
+    pub max_batch_returns: u32,
+    /// A group's requests wait until there are this many of them...
+    pub min_batch_size: usize,
+    /// ...or until the oldest has waited this long.
+    pub max_wait: Duration,
+    /// Enqueued-token budget per model (estimated input + `max_tokens` of every request in
+    /// batches at the provider). Tranches that would overflow it wait.
+    pub token_budgets: BTreeMap<String, u64>,
+    /// The budget for models not named in `token_budgets`; `None` admits everything.
+    pub default_token_budget: Option<u64>,
+    /// How long a lease on a tranche step (or on planning) lasts unless renewed. An engine
+    /// that dies holding one delays that work by at most this long; a step starts no side
+    /// effect with less than a quarter of it left.
+    pub lease: Duration,
+}
+
+impl EngineConfig {
+    /// Defaults for a data folder (`./.tranche` by default).
+    pub fn in_dir(data_dir: &Path) -> Self {
+        Self {
+            raw_dir: data_dir.join("raw"),
+            outbox_dir: data_dir.join("outbox"),
+            poll_interval: Duration::from_secs(30),
+            provider_poll_intervals: BTreeMap::from([
+                (ProviderKind::Azure, Duration::from_secs(60)),
+                (ProviderKind::Anthropic, Duration::from_secs(60)),
+            ]),
+            retry_backoff: Duration::from_secs(5),
+            max_batch_requests: None,
+            max_batch_bytes: None,
+            max_attempts: 3,
+            max_batch_returns: 3,
+            min_batch_size: 1,
+            max_wait: Duration::ZERO,
+            token_budgets: BTreeMap::new(),
+            default_token_budget: None,
+            lease: Duration::from_secs(60),
+        }
+    }
+
+    /// How long to wait between two polls of a batch at `provider`.
+    pub fn poll_interval_for(&self, provider: ProviderKind) -> Duration {
+        self.provider_poll_intervals.get(&provider).copied().unwrap_or(self.poll_interval)
+    }
+
+    /// The enqueued-token budget of a model, if it has one.
+    pub fn token_budget(&self, model: &str) -> Option<u64> {
+        self.token_budgets.get(model).copied().or(self.default_token_budget)
+    }
+
+    /// The wait before a request's `attempt`-th try (1-based), doubling from `retry_backoff`.
+    pub fn retry_delay(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(10));
+        self.retry_backoff.saturating_mul(factor).min(Duration::from_secs(3600))
+    }
+
+    pub fn limits(&self, provider: ProviderKind) -> TrancheLimits {
+        TrancheLimits::for_provider(provider).lowered(self.max_batch_requests, self.max_batch_bytes)
+    }
+}
+
+/// When [`Engine::drive`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// When this job has reached a terminal state.
+    JobEnds(JobId),
+    /// When no job has work left.
+    Idle,
+    /// Only when cancelled.
+    Cancelled,
+}

@@ -1,0 +1,432 @@
+//! The engine: its adapters, store and settings, the reconciler loop (`drive`, `tick`), and how
+//! one leased step is dispatched and its failures recorded.
+//!
+//! A tranche's life: `planned` → `uploading` → `uploaded` → `creating` → `submitted` (polled
+//! until the batch ends) → `collecting` (result files copied to raw storage) → `ingesting`
+//! (lines matched to requests by wire id) → `cleaning` (provider files deleted) → `done`.
+//! An upstream failure that cannot be retried ends the tranche `failed`, with every one of its
+//! requests failed with that error. Each step lives in `steps/`; adoption after a restart in
+//! `recover.rs`; cancels in `cancel.rs`; what failures mean in `policy.rs`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use tranche_core::{EngineId, JobState, LeaseToken, ProviderKind, RequestState, TrancheState};
+use tranche_providers::{InputTransport, Provider, UpstreamError};
+use tranche_store::{AttemptOutcome, IngestWriter, Store, TrancheRecord, TrancheUpdate};
+
+use crate::config::{EngineConfig, Until};
+use crate::error::EngineError;
+use crate::lease::{EnsureError, Lease, LeaseLost, Subject, engine_id};
+use crate::policy::Failure;
+use crate::unix_now;
+
+/// The configured provider adapters, by provider.
+#[derive(Debug, Clone, Default)]
+pub struct Providers {
+    adapters: BTreeMap<ProviderKind, Arc<dyn Provider>>,
+}
+
+impl Providers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.adapters.insert(provider.kind(), provider);
+        self
+    }
+
+    pub fn get(&self, kind: ProviderKind) -> Option<&Arc<dyn Provider>> {
+        self.adapters.get(&kind)
+    }
+}
+
+/// The reconciler. Cheap to clone; clones share one engine id (and so take turns with other
+/// engines, not with each other: drive one clone at a time).
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub(crate) id: EngineId,
+    pub(crate) store: Store,
+    pub(crate) providers: Providers,
+    pub(crate) config: EngineConfig,
+}
+
+fn upstream_json(e: &UpstreamError) -> serde_json::Value {
+    serde_json::to_value(e).unwrap_or_else(|_| serde_json::json!({ "message": e.to_string() }))
+}
+
+/// Whole seconds, rounded down: a sub-second interval makes the tranche due at once, and
+/// [`Engine::drive`]'s own sleep paces it.
+pub(crate) fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+impl Engine {
+    pub fn new(store: Store, providers: Providers, config: EngineConfig) -> Self {
+        Self { id: engine_id(), store, providers, config }
+    }
+
+    /// The name this engine's leases carry (`status` shows it).
+    pub fn id(&self) -> &EngineId {
+        &self.id
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn providers(&self) -> &Providers {
+        &self.providers
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub(crate) fn provider(&self, kind: ProviderKind) -> Result<&Arc<dyn Provider>, EngineError> {
+        self.providers.get(kind).ok_or(EngineError::ProviderNotConfigured(kind))
+    }
+
+    /// Whole seconds until the next poll of a batch at `provider`, with up to 10% jitter so
+    /// that many tranches do not poll in lockstep.
+    pub(crate) fn poll_delay(&self, provider: ProviderKind) -> i64 {
+        let base = secs(self.config.poll_interval_for(provider));
+        let jitter = base / 10;
+        if jitter > 0 { base + rand::random_range(0..=jitter) } else { base }
+    }
+
+    /// Works until `until` holds or `cancel` fires, calling `on_tick` after every round.
+    pub async fn drive(
+        &self,
+        until: Until,
+        cancel: &CancellationToken,
+        mut on_tick: impl FnMut(),
+    ) -> Result<(), EngineError> {
+        loop {
+            let wait = match self.round(until, &mut on_tick).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(wait)) => wait,
+                // Another engine holds the database past the busy timeout: losing a race is
+                // not an error; try again shortly.
+                Err(e) if e.is_contention() => {
+                    warn!(error = %e, "the store is busy; trying again");
+                    self.config
+                        .poll_interval
+                        .clamp(Duration::from_millis(50), Duration::from_secs(1))
+                }
+                Err(e) => return Err(e),
+            };
+            tokio::select! {
+                () = cancel.cancelled() => return Ok(()),
+                () = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
+            }
+        }
+    }
+
+    /// One round of [`Engine::drive`]: a tick, then how long to wait before the next, or
+    /// `None` when `until` holds.
+    pub(crate) async fn round(
+        &self,
+        until: Until,
+        on_tick: &mut impl FnMut(),
+    ) -> Result<Option<Duration>, EngineError> {
+        self.tick().await?;
+        on_tick();
+        match until {
+            Until::JobEnds(job) => {
+                if self.store.job(job).await?.is_none_or(|j| j.state.is_terminal()) {
+                    return Ok(None);
+                }
+            }
+            Until::Idle => {
+                if self.store.open_jobs().await?.is_empty() {
+                    return Ok(None);
+                }
+            }
+            Until::Cancelled => {}
+        }
+        let wait = match self.store.next_due().await? {
+            Some(due) => {
+                let now = unix_now();
+                if due <= now {
+                    Duration::from_millis(0)
+                } else {
+                    Duration::from_secs(u64::try_from(due - now).unwrap_or(0))
+                }
+            }
+            None => self.config.poll_interval,
+        };
+        Ok(Some(wait.min(self.config.poll_interval)))
+    }
+
+    /// One round: plan waiting requests, move every due tranche one step, settle jobs. Each
+    /// tranche is stepped under its lease; one that another engine holds is left to it.
+    pub async fn tick(&self) -> Result<(), EngineError> {
+        for kind in ProviderKind::ALL {
+            if self.providers.get(kind).is_some() {
+                self.plan(kind).await?;
+            }
+        }
+        for due in self.store.due_tranches(unix_now()).await? {
+            // An engine steps only tranches of providers it has an adapter for.
+            if self.providers.get(due.provider).is_none() {
+                continue;
+            }
+            let token = LeaseToken::new();
+            let Some((tranche, grant)) = self
+                .store
+                .lease_tranche(due.id, &self.id, token, self.config.lease, unix_now())
+                .await?
+            else {
+                debug!(tranche = %due.id, "another engine has the tranche");
+                continue;
+            };
+            let state = tranche.state;
+            let lease = Lease::hold(
+                self.store.clone(),
+                Subject::Tranche(tranche.id),
+                token,
+                self.config.lease,
+                grant,
+                Some(state),
+            );
+            let result = self.step(tranche, &lease).await;
+            lease.release().await;
+            result?;
+        }
+        self.settle_jobs().await
+    }
+
+    /// Moves one tranche, whose lease this engine holds, one step. A step whose lease passed
+    /// to another engine stops before its next side effect and changes nothing more.
+    pub(crate) async fn step(
+        &self,
+        tranche: TrancheRecord,
+        lease: &Lease,
+    ) -> Result<(), EngineError> {
+        let id = tranche.id;
+        match self.step_leased(tranche, lease).await {
+            Ok(()) => Ok(()),
+            Err(Abandoned::Lost) => {
+                info!(tranche = %id, "the tranche's lease passed to another engine; step abandoned");
+                Ok(())
+            }
+            Err(Abandoned::Engine(e)) => {
+                warn!(tranche = %id, error = %e, "tranche step failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// The step itself; upstream failures are recorded on the tranche, so only a lost lease or
+    /// the engine's own failure comes out.
+    async fn step_leased(
+        &self,
+        tranche: TrancheRecord,
+        lease: &Lease,
+    ) -> Result<(), Abandoned> {
+        let provider = Arc::clone(self.provider(tranche.provider).map_err(Abandoned::Engine)?);
+        let id = tranche.id;
+        if tranche.cancel_requested {
+            match self.cancel_step(&*provider, &tranche, lease).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(StepError::Upstream(e)) if !e.retryable() => {
+                    // The batch may have ended already; it will be collected as it is.
+                    warn!(tranche = %id, error = %e, "the provider refused the cancel; collecting the batch as it ends");
+                    let mut update = TrancheUpdate::to(tranche.state, unix_now());
+                    update.batch_status = Some("cancelling".to_owned());
+                    update.last_error = Some(upstream_json(&e));
+                    return self.transition(lease, update).await;
+                }
+                Err(StepError::Upstream(e)) => {
+                    return self.upstream_failed(&tranche, lease, &e).await;
+                }
+                Err(StepError::Abandoned(a)) => return Err(a),
+            }
+        }
+        let result = match tranche.state {
+            TrancheState::Planned if provider.transport() == InputTransport::UploadFile => {
+                self.upload(&*provider, &tranche, lease).await
+            }
+            TrancheState::Uploading if provider.transport() == InputTransport::UploadFile => {
+                self.adopt_or_upload(&*provider, &tranche, lease).await
+            }
+            TrancheState::Planned | TrancheState::Uploading => {
+                self.create(&*provider, &tranche, lease).await
+            }
+            TrancheState::Uploaded => self.create(&*provider, &tranche, lease).await,
+            TrancheState::Creating => self.adopt_or_create(&*provider, &tranche, lease).await,
+            TrancheState::Submitted => self.poll(&*provider, &tranche, lease).await,
+            TrancheState::Collecting => self.collect(&*provider, &tranche, lease).await,
+            TrancheState::Ingesting => self.ingest(&*provider, &tranche, lease).await,
+            TrancheState::Cleaning => self.clean(&*provider, &tranche, lease).await,
+            TrancheState::Done | TrancheState::Failed => Ok(()),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(StepError::Upstream(e)) => self.upstream_failed(&tranche, lease, &e).await,
+            Err(StepError::Abandoned(a)) => Err(a),
+        }
+    }
+
+    /// Records a transition of the leased tranche: a compare-and-set on the lease and the state
+    /// this engine last saw. A lost compare-and-set abandons the step.
+    pub(crate) async fn transition(
+        &self,
+        lease: &Lease,
+        update: TrancheUpdate,
+    ) -> Result<(), Abandoned> {
+        let Subject::Tranche(id) = lease.subject() else {
+            return Err(Abandoned::Lost);
+        };
+        let state = update.state;
+        if !self.store.update_tranche(*id, lease.held(), update).await? {
+            return Err(Abandoned::Lost);
+        }
+        lease.moved_to(state);
+        Ok(())
+    }
+
+    async fn upstream_failed(
+        &self,
+        tranche: &TrancheRecord,
+        lease: &Lease,
+        e: &UpstreamError,
+    ) -> Result<(), Abandoned> {
+        let now = unix_now();
+        let error = upstream_json(e);
+        if e.retryable() {
+            let wait =
+                e.retry_after.unwrap_or(self.config.retry_backoff).max(self.config.retry_backoff);
+            warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "retryable upstream failure");
+            // The state stays whatever intent the step recorded: an upload or create whose
+            // answer was lost is looked for before it is repeated.
+            let deferred = self
+                .store
+                .defer_tranche(tranche.id, lease.token(), &error, now + secs(wait), now)
+                .await?;
+            return if deferred { Ok(()) } else { Err(Abandoned::Lost) };
+        }
+        match tranche.state {
+            TrancheState::Cleaning => {
+                // Results are safe; a file that cannot be deleted expires at the provider.
+                warn!(tranche = %tranche.id, error = %e, "could not delete a provider file; leaving it to expire");
+                let mut update = TrancheUpdate::to(TrancheState::Done, now);
+                update.last_error = Some(error);
+                self.transition(lease, update).await?;
+            }
+            _ => {
+                // A token-limit refusal at create is a whole-batch failure: the requests wait
+                // for room. Anything else stops the tranche and fails its requests.
+                let kind = if e.code.as_deref() == Some("token_limit_exceeded") {
+                    Failure::WholeBatch
+                } else {
+                    Failure::Fatal
+                };
+                warn!(tranche = %tranche.id, error = %e, "upstream failure stopped the tranche");
+                let message = error.to_string();
+                let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
+                let mut failed = 0u64;
+                for (wire_id, info) in writer.unanswered().await? {
+                    let update = self.failure_update(
+                        info,
+                        kind,
+                        AttemptOutcome::Errored,
+                        e.status,
+                        &message,
+                        now,
+                    );
+                    let ended = update.state == RequestState::Failed;
+                    if writer.record(&wire_id, &update).await? && ended {
+                        failed += 1;
+                    }
+                }
+                self.commit(lease, writer, TrancheState::Failed, now).await?;
+                let mut update = TrancheUpdate::to(TrancheState::Failed, now);
+                update.last_error = Some(error.clone());
+                self.transition(lease, update).await?;
+                if failed > 0 {
+                    for job in self.store.jobs_of_tranche(tranche.id).await? {
+                        self.store.set_job_state(job, JobState::Running, Some(&error), now).await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits an ingest writer begun under `lease`, moving the tranche to `next`.
+    pub(crate) async fn commit(
+        &self,
+        lease: &Lease,
+        writer: IngestWriter,
+        next: TrancheState,
+        now: i64,
+    ) -> Result<(), Abandoned> {
+        if !writer.commit(next, now).await? {
+            return Err(Abandoned::Lost);
+        }
+        lease.moved_to(next);
+        Ok(())
+    }
+}
+
+/// Why a step stopped short: its lease passed to another engine (nothing more is done), or
+/// the engine itself failed.
+#[derive(Debug)]
+pub(crate) enum Abandoned {
+    Lost,
+    Engine(EngineError),
+}
+
+/// A step's failure: the provider's (recorded on the tranche, then carried on from), or the
+/// step was abandoned.
+#[derive(Debug)]
+pub(crate) enum StepError {
+    Upstream(UpstreamError),
+    Abandoned(Abandoned),
+}
+
+impl From<UpstreamError> for StepError {
+    fn from(e: UpstreamError) -> Self {
+        Self::Upstream(e)
+    }
+}
+
+impl From<Abandoned> for StepError {
+    fn from(a: Abandoned) -> Self {
+        Self::Abandoned(a)
+    }
+}
+
+impl From<EngineError> for StepError {
+    fn from(e: EngineError) -> Self {
+        Self::Abandoned(Abandoned::Engine(e))
+    }
+}
+
+impl From<tranche_store::StoreError> for StepError {
+    fn from(e: tranche_store::StoreError) -> Self {
+        Self::Abandoned(Abandoned::Engine(EngineError::Store(e)))
+    }
+}
+
+impl From<tranche_store::StoreError> for Abandoned {
+    fn from(e: tranche_store::StoreError) -> Self {
+        Self::Engine(EngineError::Store(e))
+    }
+}
+
+impl From<EnsureError> for StepError {
+    fn from(e: EnsureError) -> Self {
+        match e {
+            EnsureError::Lost(LeaseLost) => Self::Abandoned(Abandoned::Lost),
+            EnsureError::Store(e) => e.into(),
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! Settling jobs: a job ends once its requests are terminal and its tranches cleaned up.
+
+use tracing::info;
+use tranche_core::JobState;
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::unix_now;
+
+impl Engine {
+    /// Ends every job whose requests have all reached a terminal state and whose tranches
+    /// are cleaned up.
+    pub(crate) async fn settle_jobs(&self) -> Result<(), EngineError> {
+        for job in self.store.open_jobs().await? {
+            if self.store.job_has_open_requests(job.id).await?
+                || self.store.job_open_tranches(job.id).await? > 0
+            {
+                continue;
+            }
+            let counts = self.store.job_counts(job.id).await?;
+            let state = if job.cancel_requested {
+                JobState::Cancelled
+            } else if job.last_error.is_some() {
+                JobState::Failed
+            } else {
+                JobState::Done
+            };
+            // Compare-and-set: another engine may have settled it a moment ago.
+            if self.store.set_job_state(job.id, state, None, unix_now()).await? {
+                info!(job = %job.id, state = %state, succeeded = counts.succeeded, failed = counts.failed, "job ended");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,29 @@
+//! Deleting a tranche's provider files once its results are safe.
+
+use tracing::{debug, info};
+use tranche_core::TrancheState;
+use tranche_providers::{FileId, Provider};
+use tranche_store::{TrancheRecord, TrancheUpdate};
+
+use crate::engine::{Engine, StepError};
+use crate::lease::Lease;
+use crate::unix_now;
+
+impl Engine {
+    pub(crate) async fn clean(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+        lease: &Lease,
+    ) -> Result<(), StepError> {
+        for file in self.store.live_files(tranche.id).await? {
+            lease.ensure().await?;
+            provider.delete_file(&FileId::new(file.as_str())).await?;
+            self.store.mark_file_deleted(tranche.provider, &file, unix_now()).await?;
+            debug!(tranche = %tranche.id, file = %file, "deleted provider file");
+        }
+        self.transition(lease, TrancheUpdate::to(TrancheState::Done, unix_now())).await?;
+        info!(tranche = %tranche.id, "tranche done");
+        Ok(())
+    }
+}

@@ -1,0 +1,244 @@
+//! Ingesting raw results: each line matched to its request by wire id, successes recorded
+//! in bulk, failures decided one by one by the retry policy, the rest accounted for.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tracing::{info, warn};
+use tranche_core::{RequestState, TrancheState};
+use tranche_providers::{BatchStatus, LineError, LineOutcome, Provider};
+use tranche_store::{AttemptInfo, AttemptOutcome, ResultUpdate, Success, TrancheRecord};
+
+use crate::engine::{Engine, StepError, secs};
+use crate::error::EngineError;
+use crate::lease::Lease;
+use crate::policy::Failure;
+use crate::unix_now;
+
+fn line_error_json(e: &LineError) -> String {
+    serde_json::to_string(e).unwrap_or_else(|_| e.message.clone())
+}
+
+#[derive(Deserialize)]
+struct UsageOnly {
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(alias = "prompt_tokens")]
+    input_tokens: Option<u64>,
+    #[serde(alias = "completion_tokens")]
+    output_tokens: Option<u64>,
+}
+
+fn usage_of(body: &RawValue) -> (Option<u64>, Option<u64>) {
+    match serde_json::from_str::<UsageOnly>(body.get()) {
+        Ok(UsageOnly { usage: Some(u) }) => (u.input_tokens, u.output_tokens),
+        _ => (None, None),
+    }
+}
+
+impl Engine {
+    pub(crate) async fn ingest(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+        lease: &Lease,
+    ) -> Result<(), StepError> {
+        let now = unix_now();
+        let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
+        /// Successful lines recorded per call; failures are few and kept until the end.
+        const SUCCESS_CHUNK: usize = 512;
+        let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
+        let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
+        let mut failures = Vec::new();
+        for name in ["output.jsonl", "errors.jsonl"] {
+            let path = self.raw_path(tranche.id, name);
+            let file = match tokio::fs::File::open(&path).await {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(EngineError::io("opening", &path)(e).into()),
+            };
+            let mut lines = BufReader::new(file).lines();
+            while let Some(line) =
+                lines.next_line().await.map_err(EngineError::io("reading", &path))?
+            {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let parsed = match provider.parse_result_line(&line) {
+                    Ok(parsed) => parsed,
+                    Err(e) => {
+                        unparsable += 1;
+                        warn!(tranche = %tranche.id, file = name, error = %e, "unparsable result line");
+                        continue;
+                    }
+                };
+                match parsed.outcome {
+                    LineOutcome::Succeeded { status_code, body, .. } => {
+                        let (input_tokens, output_tokens) = usage_of(&body);
+                        successes.push(Success {
+                            wire_id: parsed.wire_id,
+                            status_code,
+                            output: String::from(Box::<str>::from(body)),
+                            input_tokens,
+                            output_tokens,
+                        });
+                        if successes.len() >= SUCCESS_CHUNK {
+                            let sent = successes.len() as u64;
+                            let recorded = writer.record_successes(&mut successes, now).await?;
+                            matched += recorded;
+                            unknown += sent - recorded;
+                        }
+                    }
+                    // Failures are decided one by one (each by its own retry budget), after
+                    // the successes: a provider that answered a request twice, once well,
+                    // has answered it.
+                    LineOutcome::Failed(e) => failures.push((parsed.wire_id, e)),
+                }
+            }
+        }
+        let sent = successes.len() as u64;
+        let recorded = writer.record_successes(&mut successes, now).await?;
+        matched += recorded;
+        unknown += sent - recorded;
+        for (wire_id, e) in failures {
+            let Some(info) = writer.attempt_info(&wire_id).await? else {
+                unknown += 1;
+                warn!(tranche = %tranche.id, wire_id = %wire_id, "result line matches no waiting request");
+                continue;
+            };
+            let (outcome, kind) = match e.code.as_deref() {
+                Some("batch_expired") => (AttemptOutcome::Expired, Failure::Retryable),
+                Some("batch_cancelled") if tranche.cancel_requested => {
+                    (AttemptOutcome::Cancelled, Failure::UserCancel)
+                }
+                Some("batch_cancelled") => (AttemptOutcome::Cancelled, Failure::Retryable),
+                _ if e.retryable => (AttemptOutcome::Errored, Failure::Retryable),
+                _ => (AttemptOutcome::Errored, Failure::Fatal),
+            };
+            let error = line_error_json(&e);
+            let update = self.failure_update(info, kind, outcome, e.status, &error, now);
+            if writer.record(&wire_id, &update).await? {
+                matched += 1;
+            } else {
+                unknown += 1;
+                warn!(tranche = %tranche.id, wire_id = %wire_id, "result line matches no waiting request");
+            }
+        }
+        let (kind, error, outcome) = self.rest_outcome(tranche);
+        let error = error.to_string();
+        let mut missing = 0u64;
+        for (wire_id, info) in writer.unanswered().await? {
+            let update = self.failure_update(info, kind, outcome, None, &error, now);
+            missing += u64::from(writer.record(&wire_id, &update).await?);
+        }
+        self.commit(lease, writer, TrancheState::Cleaning, now).await?;
+        info!(tranche = %tranche.id, matched, missing, unknown, unparsable, "ingested results");
+        Ok(())
+    }
+
+    /// What a failure means for one request: retried later, or ended.
+    pub(crate) fn failure_update<'a>(
+        &self,
+        info: AttemptInfo,
+        kind: Failure,
+        outcome: AttemptOutcome,
+        status_code: Option<u16>,
+        error: &'a str,
+        now: i64,
+    ) -> ResultUpdate<'a> {
+        let (state, spends_attempt, not_before) = match kind {
+            Failure::Retryable if info.attempts + 1 < info.max_attempts => {
+                let wait = self.config.retry_delay(info.attempts + 1);
+                (RequestState::Pending, true, now + secs(wait))
+            }
+            Failure::WholeBatch if info.batch_returns < self.config.max_batch_returns => {
+                let wait = self.config.retry_delay(info.batch_returns + 1);
+                (RequestState::Pending, false, now + secs(wait))
+            }
+            Failure::UserCancel => (RequestState::Cancelled, false, 0),
+            Failure::Retryable | Failure::Fatal | Failure::WholeBatch => {
+                (RequestState::Failed, true, 0)
+            }
+        };
+        ResultUpdate {
+            state,
+            outcome,
+            status_code,
+            output: None,
+            error: Some(error),
+            input_tokens: None,
+            output_tokens: None,
+            spends_attempt,
+            not_before,
+            at: now,
+        }
+    }
+
+    /// What becomes of requests the batch's files did not mention.
+    fn rest_outcome(
+        &self,
+        tranche: &TrancheRecord,
+    ) -> (Failure, serde_json::Value, AttemptOutcome) {
+        let status = tranche.batch_status.as_deref().and_then(|s| {
+            serde_json::from_value::<BatchStatus>(serde_json::Value::String(s.to_owned())).ok()
+        });
+        let provider = tranche.provider.as_str();
+        match status {
+            Some(BatchStatus::Failed) => {
+                let first = tranche
+                    .batch_errors
+                    .as_ref()
+                    .and_then(|e| e.as_array())
+                    .and_then(|a| a.first())
+                    .cloned()
+                    .unwrap_or_default();
+                let code = first.get("code").cloned().unwrap_or(serde_json::Value::Null);
+                let message = first
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or("the provider failed the batch")
+                    .to_owned();
+                (
+                    Failure::WholeBatch,
+                    serde_json::json!({
+                        "provider": provider, "status": null, "error_type": "batch_failed",
+                        "code": code, "message": message, "param": first.get("param"),
+                        "line": first.get("line"), "request_id": null, "retryable": false,
+                        "batch_errors": tranche.batch_errors,
+                    }),
+                    AttemptOutcome::Errored,
+                )
+            }
+            Some(BatchStatus::Cancelled | BatchStatus::Cancelling) => (
+                if tranche.cancel_requested { Failure::UserCancel } else { Failure::Retryable },
+                serde_json::json!({
+                    "provider": provider, "status": null, "error_type": null, "code": "batch_cancelled",
+                    "message": "the batch was cancelled before this request ran", "param": null,
+                    "request_id": null, "retryable": true,
+                }),
+                AttemptOutcome::Cancelled,
+            ),
+            Some(BatchStatus::Expired) => (
+                Failure::Retryable,
+                serde_json::json!({
+                    "provider": provider, "status": null, "error_type": null, "code": "batch_expired",
+                    "message": "the batch expired before this request ran", "param": null,
+                    "request_id": null, "retryable": true,
+                }),
+                AttemptOutcome::Expired,
+            ),
+            _ => (
+                Failure::Retryable,
+                serde_json::json!({
+                    "provider": provider, "status": null, "error_type": null, "code": "missing_result",
+                    "message": "the batch ended without a result line for this request", "param": null,
+                    "request_id": null, "retryable": true,
+                }),
+                AttemptOutcome::Missing,
+            ),
+        }
+    }
+}
