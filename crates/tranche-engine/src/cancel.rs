@@ -10,7 +10,6 @@ use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
 use crate::policy::Failure;
-use crate::unix_now;
 
 impl Engine {
     /// Carries out a cancel the user asked for. Returns true when the tranche needs no other
@@ -21,7 +20,7 @@ impl Engine {
         tranche: &TrancheRecord,
         lease: &Lease,
     ) -> Result<bool, StepError> {
-        let now = unix_now();
+        let now = self.now();
         match tranche.state {
             TrancheState::Planned
             | TrancheState::Uploading
@@ -72,7 +71,7 @@ impl Engine {
     /// the provider, and its share of batches it shares with other jobs. Returns how many
     /// requests were cancelled at once.
     pub async fn cancel_job(&self, job: JobId) -> Result<u64, EngineError> {
-        let now = unix_now();
+        let now = self.now();
         let mut cancelled = self.store.cancel_job(job, now).await?;
         for (tranche, exclusive) in self.store.job_live_tranches(job).await? {
             if exclusive {

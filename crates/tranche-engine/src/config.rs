@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tranche_core::plan::TrancheLimits;
+
+use crate::policy::Retries;
 use tranche_core::{JobId, ProviderKind};
 
 /// How the engine works. Paths are where it keeps files of its own.
@@ -81,8 +83,12 @@ impl EngineConfig {
 
     /// The wait before a request's `attempt`-th try (1-based), doubling from `retry_backoff`.
     pub fn retry_delay(&self, attempt: u32) -> Duration {
-        let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(10));
-        self.retry_backoff.saturating_mul(factor).min(Duration::from_secs(3600))
+        self.retries().delay(attempt)
+    }
+
+    /// The retry settings policy decides by.
+    pub(crate) fn retries(&self) -> Retries {
+        Retries { backoff: self.retry_backoff, max_batch_returns: self.max_batch_returns }
     }
 
     pub fn limits(&self, provider: ProviderKind) -> TrancheLimits {

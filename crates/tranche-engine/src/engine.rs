@@ -14,15 +14,16 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use tranche_core::{EngineId, JobState, LeaseToken, ProviderKind, RequestState, TrancheState};
+use tranche_core::{
+    Clock, EngineId, JobState, LeaseToken, ProviderKind, RequestState, SystemClock, TrancheState,
+};
 use tranche_providers::{InputTransport, Provider, UpstreamError};
 use tranche_store::{AttemptOutcome, IngestWriter, Store, TrancheRecord, TrancheUpdate};
 
 use crate::config::{EngineConfig, Until};
 use crate::error::EngineError;
 use crate::lease::{EnsureError, Lease, LeaseLost, Subject, engine_id};
-use crate::policy::Failure;
-use crate::unix_now;
+use crate::policy::{self, whole_secs};
 
 /// The configured provider adapters, by provider.
 #[derive(Debug, Clone, Default)]
@@ -53,21 +54,28 @@ pub struct Engine {
     pub(crate) store: Store,
     pub(crate) providers: Providers,
     pub(crate) config: EngineConfig,
+    /// Where the engine reads the time (the store judges leases by its own).
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 fn upstream_json(e: &UpstreamError) -> serde_json::Value {
     serde_json::to_value(e).unwrap_or_else(|_| serde_json::json!({ "message": e.to_string() }))
 }
 
-/// Whole seconds, rounded down: a sub-second interval makes the tranche due at once, and
-/// [`Engine::drive`]'s own sleep paces it.
-pub(crate) fn secs(d: Duration) -> i64 {
-    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
-}
-
 impl Engine {
     pub fn new(store: Store, providers: Providers, config: EngineConfig) -> Self {
-        Self { id: engine_id(), store, providers, config }
+        Self { id: engine_id(), store, providers, config, clock: Arc::new(SystemClock) }
+    }
+
+    /// The same engine reading the time from `clock` (tests step a [`tranche_core::ManualClock`]).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The current time in unix seconds, by the engine's clock.
+    pub fn now(&self) -> i64 {
+        self.clock.now()
     }
 
     /// The name this engine's leases carry (`status` shows it).
@@ -94,7 +102,7 @@ impl Engine {
     /// Whole seconds until the next poll of a batch at `provider`, with up to 10% jitter so
     /// that many tranches do not poll in lockstep.
     pub(crate) fn poll_delay(&self, provider: ProviderKind) -> i64 {
-        let base = secs(self.config.poll_interval_for(provider));
+        let base = whole_secs(self.config.poll_interval_for(provider));
         let jitter = base / 10;
         if jitter > 0 { base + rand::random_range(0..=jitter) } else { base }
     }
@@ -151,7 +159,7 @@ impl Engine {
         }
         let wait = match self.store.next_due().await? {
             Some(due) => {
-                let now = unix_now();
+                let now = self.now();
                 if due <= now {
                     Duration::from_millis(0)
                 } else {
@@ -171,7 +179,7 @@ impl Engine {
                 self.plan(kind).await?;
             }
         }
-        for due in self.store.due_tranches(unix_now()).await? {
+        for due in self.store.due_tranches(self.now()).await? {
             // An engine steps only tranches of providers it has an adapter for.
             if self.providers.get(due.provider).is_none() {
                 continue;
@@ -179,7 +187,7 @@ impl Engine {
             let token = LeaseToken::new();
             let Some((tranche, grant)) = self
                 .store
-                .lease_tranche(due.id, &self.id, token, self.config.lease, unix_now())
+                .lease_tranche(due.id, &self.id, token, self.config.lease, self.now())
                 .await?
             else {
                 debug!(tranche = %due.id, "another engine has the tranche");
@@ -224,11 +232,7 @@ impl Engine {
 
     /// The step itself; upstream failures are recorded on the tranche, so only a lost lease or
     /// the engine's own failure comes out.
-    async fn step_leased(
-        &self,
-        tranche: TrancheRecord,
-        lease: &Lease,
-    ) -> Result<(), Abandoned> {
+    async fn step_leased(&self, tranche: TrancheRecord, lease: &Lease) -> Result<(), Abandoned> {
         let provider = Arc::clone(self.provider(tranche.provider).map_err(Abandoned::Engine)?);
         let id = tranche.id;
         if tranche.cancel_requested {
@@ -238,7 +242,7 @@ impl Engine {
                 Err(StepError::Upstream(e)) if !e.retryable() => {
                     // The batch may have ended already; it will be collected as it is.
                     warn!(tranche = %id, error = %e, "the provider refused the cancel; collecting the batch as it ends");
-                    let mut update = TrancheUpdate::to(tranche.state, unix_now());
+                    let mut update = TrancheUpdate::to(tranche.state, self.now());
                     update.batch_status = Some("cancelling".to_owned());
                     update.last_error = Some(upstream_json(&e));
                     return self.transition(lease, update).await;
@@ -298,17 +302,16 @@ impl Engine {
         lease: &Lease,
         e: &UpstreamError,
     ) -> Result<(), Abandoned> {
-        let now = unix_now();
+        let now = self.now();
         let error = upstream_json(e);
         if e.retryable() {
-            let wait =
-                e.retry_after.unwrap_or(self.config.retry_backoff).max(self.config.retry_backoff);
+            let wait = policy::upstream_wait(e.retry_after, self.config.retry_backoff);
             warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "retryable upstream failure");
             // The state stays whatever intent the step recorded: an upload or create whose
             // answer was lost is looked for before it is repeated.
             let deferred = self
                 .store
-                .defer_tranche(tranche.id, lease.token(), &error, now + secs(wait), now)
+                .defer_tranche(tranche.id, lease.token(), &error, now + whole_secs(wait), now)
                 .await?;
             return if deferred { Ok(()) } else { Err(Abandoned::Lost) };
         }
@@ -323,11 +326,7 @@ impl Engine {
             _ => {
                 // A token-limit refusal at create is a whole-batch failure: the requests wait
                 // for room. Anything else stops the tranche and fails its requests.
-                let kind = if e.code.as_deref() == Some("token_limit_exceeded") {
-                    Failure::WholeBatch
-                } else {
-                    Failure::Fatal
-                };
+                let kind = policy::stopped_by(e.code.as_deref());
                 warn!(tranche = %tranche.id, error = %e, "upstream failure stopped the tranche");
                 let message = error.to_string();
                 let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;

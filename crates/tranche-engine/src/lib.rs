@@ -19,10 +19,3 @@ pub use config::{EngineConfig, Until};
 pub use engine::{Engine, Providers};
 pub use error::EngineError;
 pub use submit::{SubmitError, Submitted};
-
-/// The current time in unix seconds.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}

@@ -10,7 +10,6 @@ use tranche_store::{FilePurpose, FileRecord, TrancheRecord, TrancheUpdate};
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
-use crate::unix_now;
 
 /// What the provider's batch list says about a tranche whose create was not recorded.
 #[derive(Debug)]
@@ -44,7 +43,7 @@ impl Engine {
                 created_at: file.created_at,
             })
             .await?;
-        let mut update = TrancheUpdate::to(TrancheState::Uploaded, unix_now());
+        let mut update = TrancheUpdate::to(TrancheState::Uploaded, self.now());
         update.input_file_id = Some(file.id.as_str().to_owned());
         self.transition(lease, update).await?;
         info!(tranche = %tranche.id, file = %file.id, "adopted an input file uploaded before a restart");
@@ -62,7 +61,7 @@ impl Engine {
     ) -> Result<(), StepError> {
         match self.find_batch(provider, tranche, lease).await? {
             Adoption::Found(batch) => {
-                let now = unix_now();
+                let now = self.now();
                 let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
                 update.batch_id = Some(batch.id.as_str().to_owned());
                 update.batch_status = Some(batch.status.as_str().to_owned());
@@ -72,7 +71,7 @@ impl Engine {
             }
             Adoption::NotFound => self.create(provider, tranche, lease).await,
             Adoption::Ambiguous(candidates) => {
-                let now = unix_now();
+                let now = self.now();
                 let mut update = TrancheUpdate::to(TrancheState::Creating, now);
                 update.last_error = Some(serde_json::json!({
                     "provider": tranche.provider, "status": null, "error_type": null,

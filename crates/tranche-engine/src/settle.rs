@@ -1,11 +1,10 @@
 //! Settling jobs: a job ends once its requests are terminal and its tranches cleaned up.
 
 use tracing::info;
-use tranche_core::JobState;
 
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::unix_now;
+use crate::policy;
 
 impl Engine {
     /// Ends every job whose requests have all reached a terminal state and whose tranches
@@ -18,15 +17,9 @@ impl Engine {
                 continue;
             }
             let counts = self.store.job_counts(job.id).await?;
-            let state = if job.cancel_requested {
-                JobState::Cancelled
-            } else if job.last_error.is_some() {
-                JobState::Failed
-            } else {
-                JobState::Done
-            };
+            let state = policy::job_outcome(job.cancel_requested, job.last_error.is_some());
             // Compare-and-set: another engine may have settled it a moment ago.
-            if self.store.set_job_state(job.id, state, None, unix_now()).await? {
+            if self.store.set_job_state(job.id, state, None, self.now()).await? {
                 info!(job = %job.id, state = %state, succeeded = counts.succeeded, failed = counts.failed, "job ended");
             }
         }

@@ -44,7 +44,7 @@ impl Engine {
     ) -> Result<Submitted, SubmitError> {
         let provider_kind = options.provider;
         let limits = self.config().limits(provider_kind);
-        let accepted_at = crate::unix_now();
+        let accepted_at = self.now();
         let max_attempts = settings
             .get("max_attempts")
             .and_then(serde_json::Value::as_u64)
@@ -59,7 +59,7 @@ impl Engine {
                 provider: provider_kind,
                 source,
                 settings,
-                created_at: crate::unix_now(),
+                created_at: self.now(),
             })
             .await?;
         let mut parser = InputParser::without_duplicate_check(options);

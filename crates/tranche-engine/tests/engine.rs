@@ -366,6 +366,33 @@ async fn small_pools_wait_for_the_threshold_and_pool_across_jobs() {
     assert_eq!(setup.sim.stats().batches_created, 1);
 }
 
+/// The `max_wait` trigger, by the engine's clock: a pool smaller than `min_batch_size` goes
+/// out once its oldest request has waited `max_wait`, not a second before.
+#[tokio::test]
+async fn a_small_pool_goes_out_once_its_oldest_request_has_waited_max_wait() {
+    let setup = Setup::new().await;
+    let clock = tranche_core::ManualClock::at(1_800_000_000);
+    let engine = setup
+        .engine_with(|c| {
+            c.min_batch_size = 100;
+            c.max_wait = Duration::from_secs(60);
+        })
+        .await
+        .with_clock(Arc::new(clock.clone()));
+    let job = submit(&engine, &lines(6)).await;
+    let queued = |engine: Engine| async move { engine.store().job_counts(job).await.unwrap().queued };
+    engine.tick().await.unwrap();
+    assert_eq!(queued(engine.clone()).await, 0, "six requests wait for more");
+    clock.advance(59);
+    engine.tick().await.unwrap();
+    assert_eq!(queued(engine.clone()).await, 0, "a second short of max_wait");
+    clock.advance(1);
+    engine.tick().await.unwrap();
+    assert_eq!(queued(engine.clone()).await, 6, "max_wait reached: both models go out");
+    let tranches = engine.store().job_tranche_counts(job).await.unwrap();
+    assert_eq!(tranches.iter().map(|(_, n)| n).sum::<u64>(), 2);
+}
+
 #[tokio::test]
 async fn enqueued_token_admission_keeps_one_batch_in_flight() {
     let setup = Setup::new().await;

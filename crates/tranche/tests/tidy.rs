@@ -65,3 +65,25 @@ fn every_crate_is_in_the_architecture_map() {
         );
     }
 }
+
+/// ARCHITECTURE.md: policy imports neither tokio nor the store; it decides, the steps act.
+#[test]
+fn engine_policy_is_pure() {
+    let policy =
+        std::fs::read_to_string(workspace().join("crates/tranche-engine/src/policy.rs")).unwrap();
+    for forbidden in ["tokio", "tranche_store", "sqlx", "reqwest", "std::fs", "SystemTime"] {
+        assert!(!policy.contains(forbidden), "policy.rs uses `{forbidden}`");
+    }
+}
+
+/// ARCHITECTURE.md: the engine reads the time from its `Clock`, never from the system.
+#[test]
+fn the_engine_reads_time_from_its_clock() {
+    let mut files = Vec::new();
+    rust_files(&workspace().join("crates/tranche-engine/src"), &mut files);
+    let offenders: Vec<_> = files
+        .into_iter()
+        .filter(|path| std::fs::read_to_string(path).unwrap().contains("SystemTime"))
+        .collect();
+    assert!(offenders.is_empty(), "reads the system clock: {offenders:#?}");
+}

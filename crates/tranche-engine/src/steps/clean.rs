@@ -7,7 +7,6 @@ use tranche_store::{TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
 use crate::lease::Lease;
-use crate::unix_now;
 
 impl Engine {
     pub(crate) async fn clean(
@@ -19,10 +18,10 @@ impl Engine {
         for file in self.store.live_files(tranche.id).await? {
             lease.ensure().await?;
             provider.delete_file(&FileId::new(file.as_str())).await?;
-            self.store.mark_file_deleted(tranche.provider, &file, unix_now()).await?;
+            self.store.mark_file_deleted(tranche.provider, &file, self.now()).await?;
             debug!(tranche = %tranche.id, file = %file, "deleted provider file");
         }
-        self.transition(lease, TrancheUpdate::to(TrancheState::Done, unix_now())).await?;
+        self.transition(lease, TrancheUpdate::to(TrancheState::Done, self.now())).await?;
         info!(tranche = %tranche.id, "tranche done");
         Ok(())
     }

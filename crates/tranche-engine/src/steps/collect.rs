@@ -11,7 +11,6 @@ use tranche_store::{TrancheRecord, TrancheUpdate};
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
-use crate::unix_now;
 
 /// A partial download beside `dest`, named by the step's lease.
 fn partial_path(dest: &Path, lease: &Lease) -> PathBuf {
@@ -60,7 +59,7 @@ impl Engine {
                 info!(tranche = %tranche.id, bytes, "stored raw results");
             }
         }
-        self.transition(lease, TrancheUpdate::to(TrancheState::Ingesting, unix_now())).await?;
+        self.transition(lease, TrancheUpdate::to(TrancheState::Ingesting, self.now())).await?;
         Ok(())
     }
 }

@@ -7,7 +7,6 @@ use tranche_store::{TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
 use crate::lease::Lease;
-use crate::unix_now;
 
 impl Engine {
     pub(crate) async fn create(
@@ -33,7 +32,7 @@ impl Engine {
                 BatchInput::Inline(&inline_path)
             }
         };
-        let now = unix_now();
+        let now = self.now();
         self.transition(lease, TrancheUpdate::to(TrancheState::Creating, now)).await?;
         lease.ensure().await?;
         let batch = provider
@@ -44,7 +43,7 @@ impl Engine {
         {
             debug!(path = %inline_path.display(), error = %e, "could not remove the sent input file");
         }
-        let now = unix_now();
+        let now = self.now();
         let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
         update.batch_id = Some(batch.id.as_str().to_owned());
         update.batch_status = Some(batch.status.as_str().to_owned());

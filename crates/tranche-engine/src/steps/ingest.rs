@@ -5,15 +5,14 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tracing::{info, warn};
-use tranche_core::{RequestState, TrancheState};
+use tranche_core::TrancheState;
 use tranche_providers::{BatchStatus, LineError, LineOutcome, Provider};
 use tranche_store::{AttemptInfo, AttemptOutcome, ResultUpdate, Success, TrancheRecord};
 
-use crate::engine::{Engine, StepError, secs};
+use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
-use crate::policy::Failure;
-use crate::unix_now;
+use crate::policy::{self, Budget, Failure};
 
 fn line_error_json(e: &LineError) -> String {
     serde_json::to_string(e).unwrap_or_else(|_| e.message.clone())
@@ -46,7 +45,7 @@ impl Engine {
         tranche: &TrancheRecord,
         lease: &Lease,
     ) -> Result<(), StepError> {
-        let now = unix_now();
+        let now = self.now();
         let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
         /// Successful lines recorded per call; failures are few and kept until the end.
         const SUCCESS_CHUNK: usize = 512;
@@ -109,15 +108,8 @@ impl Engine {
                 warn!(tranche = %tranche.id, wire_id = %wire_id, "result line matches no waiting request");
                 continue;
             };
-            let (outcome, kind) = match e.code.as_deref() {
-                Some("batch_expired") => (AttemptOutcome::Expired, Failure::Retryable),
-                Some("batch_cancelled") if tranche.cancel_requested => {
-                    (AttemptOutcome::Cancelled, Failure::UserCancel)
-                }
-                Some("batch_cancelled") => (AttemptOutcome::Cancelled, Failure::Retryable),
-                _ if e.retryable => (AttemptOutcome::Errored, Failure::Retryable),
-                _ => (AttemptOutcome::Errored, Failure::Fatal),
-            };
+            let (outcome, kind) =
+                policy::classify_line(e.code.as_deref(), e.retryable, tranche.cancel_requested);
             let error = line_error_json(&e);
             let update = self.failure_update(info, kind, outcome, e.status, &error, now);
             if writer.record(&wire_id, &update).await? {
@@ -127,11 +119,19 @@ impl Engine {
                 warn!(tranche = %tranche.id, wire_id = %wire_id, "result line matches no waiting request");
             }
         }
-        let (kind, error, outcome) = self.rest_outcome(tranche);
-        let error = error.to_string();
+        let status = tranche.batch_status.as_deref().and_then(|s| {
+            serde_json::from_value::<BatchStatus>(serde_json::Value::String(s.to_owned())).ok()
+        });
+        let rest = policy::unanswered(
+            tranche.provider,
+            status,
+            tranche.batch_errors.as_ref(),
+            tranche.cancel_requested,
+        );
+        let error = rest.error.to_string();
         let mut missing = 0u64;
         for (wire_id, info) in writer.unanswered().await? {
-            let update = self.failure_update(info, kind, outcome, None, &error, now);
+            let update = self.failure_update(info, rest.failure, rest.outcome, None, &error, now);
             missing += u64::from(writer.record(&wire_id, &update).await?);
         }
         self.commit(lease, writer, TrancheState::Cleaning, now).await?;
@@ -139,7 +139,7 @@ impl Engine {
         Ok(())
     }
 
-    /// What a failure means for one request: retried later, or ended.
+    /// What a failure means for one request, as policy decides it: retried later, or ended.
     pub(crate) fn failure_update<'a>(
         &self,
         info: AttemptInfo,
@@ -149,96 +149,23 @@ impl Engine {
         error: &'a str,
         now: i64,
     ) -> ResultUpdate<'a> {
-        let (state, spends_attempt, not_before) = match kind {
-            Failure::Retryable if info.attempts + 1 < info.max_attempts => {
-                let wait = self.config.retry_delay(info.attempts + 1);
-                (RequestState::Pending, true, now + secs(wait))
-            }
-            Failure::WholeBatch if info.batch_returns < self.config.max_batch_returns => {
-                let wait = self.config.retry_delay(info.batch_returns + 1);
-                (RequestState::Pending, false, now + secs(wait))
-            }
-            Failure::UserCancel => (RequestState::Cancelled, false, 0),
-            Failure::Retryable | Failure::Fatal | Failure::WholeBatch => {
-                (RequestState::Failed, true, 0)
-            }
+        let budget = Budget {
+            attempts: info.attempts,
+            max_attempts: info.max_attempts,
+            batch_returns: info.batch_returns,
         };
+        let verdict = self.config.retries().decide(budget, kind, now);
         ResultUpdate {
-            state,
+            state: verdict.state,
             outcome,
             status_code,
             output: None,
             error: Some(error),
             input_tokens: None,
             output_tokens: None,
-            spends_attempt,
-            not_before,
+            spends_attempt: verdict.spends_attempt,
+            not_before: verdict.not_before,
             at: now,
-        }
-    }
-
-    /// What becomes of requests the batch's files did not mention.
-    fn rest_outcome(
-        &self,
-        tranche: &TrancheRecord,
-    ) -> (Failure, serde_json::Value, AttemptOutcome) {
-        let status = tranche.batch_status.as_deref().and_then(|s| {
-            serde_json::from_value::<BatchStatus>(serde_json::Value::String(s.to_owned())).ok()
-        });
-        let provider = tranche.provider.as_str();
-        match status {
-            Some(BatchStatus::Failed) => {
-                let first = tranche
-                    .batch_errors
-                    .as_ref()
-                    .and_then(|e| e.as_array())
-                    .and_then(|a| a.first())
-                    .cloned()
-                    .unwrap_or_default();
-                let code = first.get("code").cloned().unwrap_or(serde_json::Value::Null);
-                let message = first
-                    .get("message")
-                    .and_then(|m| m.as_str())
-                    .unwrap_or("the provider failed the batch")
-                    .to_owned();
-                (
-                    Failure::WholeBatch,
-                    serde_json::json!({
-                        "provider": provider, "status": null, "error_type": "batch_failed",
-                        "code": code, "message": message, "param": first.get("param"),
-                        "line": first.get("line"), "request_id": null, "retryable": false,
-                        "batch_errors": tranche.batch_errors,
-                    }),
-                    AttemptOutcome::Errored,
-                )
-            }
-            Some(BatchStatus::Cancelled | BatchStatus::Cancelling) => (
-                if tranche.cancel_requested { Failure::UserCancel } else { Failure::Retryable },
-                serde_json::json!({
-                    "provider": provider, "status": null, "error_type": null, "code": "batch_cancelled",
-                    "message": "the batch was cancelled before this request ran", "param": null,
-                    "request_id": null, "retryable": true,
-                }),
-                AttemptOutcome::Cancelled,
-            ),
-            Some(BatchStatus::Expired) => (
-                Failure::Retryable,
-                serde_json::json!({
-                    "provider": provider, "status": null, "error_type": null, "code": "batch_expired",
-                    "message": "the batch expired before this request ran", "param": null,
-                    "request_id": null, "retryable": true,
-                }),
-                AttemptOutcome::Expired,
-            ),
-            _ => (
-                Failure::Retryable,
-                serde_json::json!({
-                    "provider": provider, "status": null, "error_type": null, "code": "missing_result",
-                    "message": "the batch ended without a result line for this request", "param": null,
-                    "request_id": null, "retryable": true,
-                }),
-                AttemptOutcome::Missing,
-            ),
         }
     }
 }

@@ -11,7 +11,7 @@ use tranche_store::NewTranche;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::lease::{Lease, Subject};
-use crate::unix_now;
+use crate::policy;
 
 /// A hash of a wire id, to tell duplicates apart while planning without keeping the ids.
 fn wire_hash(wire_id: &str) -> u64 {
@@ -53,7 +53,7 @@ impl Engine {
         kind: ProviderKind,
         duty: (&str, LeaseToken),
     ) -> Result<(), EngineError> {
-        let now = unix_now();
+        let now = self.now();
         let answered = self.store.answer_from_earlier(kind, now).await?;
         if answered > 0 {
             info!(provider = %kind, requests = answered, "answered from earlier results at no cost");
@@ -62,15 +62,17 @@ impl Engine {
         if groups.is_empty() {
             return Ok(());
         }
-        let max_wait = i64::try_from(self.config.max_wait.as_secs()).unwrap_or(i64::MAX);
         let mut enqueued: BTreeMap<String, u64> =
             self.store.enqueued_tokens(kind).await?.into_iter().collect();
         for group in groups {
             // Pooling thresholds: a group goes out once it is large enough or old enough.
-            let count = usize::try_from(group.count).unwrap_or(usize::MAX);
-            if count < self.config.min_batch_size
-                && now.saturating_sub(group.oldest_accepted_at) < max_wait
-            {
+            if !policy::pool_is_due(
+                group.count,
+                group.oldest_accepted_at,
+                now,
+                self.config.min_batch_size,
+                self.config.max_wait,
+            ) {
                 continue;
             }
             self.plan_group(kind, group.endpoint, group.model, now, &mut enqueued, duty).await?;
@@ -148,12 +150,10 @@ impl Engine {
         let est_tokens: u64 = planned.items.iter().map(|(_, tokens)| tokens).sum();
         let model = planned.group.model;
         let queued = enqueued.get(&model).copied().unwrap_or(0);
-        if let Some(budget) = self.config.token_budget(&model) {
-            // A tranche larger than the whole budget still goes out alone, or it never would.
-            if queued > 0 && queued.saturating_add(est_tokens) > budget {
-                debug!(model = %model, queued, est_tokens, budget, "tranche waits for enqueued-token room");
-                return Ok(false);
-            }
+        let budget = self.config.token_budget(&model);
+        if !policy::admits(queued, est_tokens, budget) {
+            debug!(model = %model, queued, est_tokens, ?budget, "tranche waits for enqueued-token room");
+            return Ok(false);
         }
         *enqueued.entry(model.clone()).or_insert(0) += est_tokens;
         let ids: Vec<i64> = planned.items.iter().map(|(id, _)| *id).collect();
@@ -164,7 +164,7 @@ impl Engine {
             endpoint: planned.group.endpoint,
             model,
             bytes: planned.bytes,
-            created_at: unix_now(),
+            created_at: self.now(),
         };
         match self.store.create_tranche(&tranche, &ids, duty).await? {
             None => {

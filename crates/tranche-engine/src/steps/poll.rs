@@ -8,7 +8,6 @@ use tranche_store::{FilePurpose, FileRecord, TrancheRecord, TrancheUpdate};
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
-use crate::unix_now;
 
 impl Engine {
     pub(crate) async fn poll(
@@ -23,7 +22,7 @@ impl Engine {
             ))));
         };
         let batch = provider.retrieve_batch(&BatchId::new(batch_id)).await?;
-        let now = unix_now();
+        let now = self.now();
         if !batch.status.is_terminal() {
             let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
             update.batch_status = Some(batch.status.as_str().to_owned());

@@ -14,7 +14,6 @@ use tranche_store::{FilePurpose, FileRecord, TrancheRecord, TrancheUpdate};
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
-use crate::unix_now;
 
 impl Engine {
     pub(crate) async fn upload(
@@ -23,13 +22,13 @@ impl Engine {
         tranche: &TrancheRecord,
         lease: &Lease,
     ) -> Result<(), StepError> {
-        let now = unix_now();
+        let now = self.now();
         self.transition(lease, TrancheUpdate::to(TrancheState::Uploading, now)).await?;
         let path = self.input_path(tranche.id, lease);
         self.write_input(provider, tranche.id, &path).await?;
         lease.ensure().await?;
         let uploaded = provider.upload_batch_file(tranche.id, &path).await?;
-        let now = unix_now();
+        let now = self.now();
         self.store
             .record_file(&FileRecord {
                 provider: tranche.provider,
