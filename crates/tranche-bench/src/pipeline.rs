@@ -18,6 +18,7 @@ use tranche_core::{Endpoint, JobId, ProviderKind, TrancheState};
 use tranche_engine::{Engine, EngineConfig, Providers};
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_store::Store;
+use tranche_store_sqlite::SqliteStore;
 
 use crate::floor;
 use crate::input;
@@ -165,7 +166,7 @@ async fn drive(
     bail!("phase `{name}` did not end within {MAX_TICKS} ticks")
 }
 
-async fn reached(store: &Store, job: JobId, until: Until) -> anyhow::Result<bool> {
+async fn reached(store: &dyn Store, job: JobId, until: Until) -> anyhow::Result<bool> {
     match until {
         Until::AllAtLeast(state) => {
             let tranches = store.job_tranche_counts(job).await?;
@@ -262,7 +263,9 @@ async fn run_in(settings: &RunSettings, root: &Path) -> anyhow::Result<Report> {
     openai.base_url = sim.openai_base_url();
     let provider = OpenAiProvider::new(openai, http_client().context("building the HTTP client")?)
         .context("configuring the provider")?;
-    let store = Store::open(&root.join("tranche.db").to_string_lossy()).await?;
+    let store = SqliteStore::open(&root.join("tranche.db").to_string_lossy())
+        .await
+        .map(|s| Arc::new(s) as Arc<dyn Store>)?;
     let config = EngineConfig {
         poll_interval: Duration::ZERO,
         retry_backoff: Duration::from_millis(100),

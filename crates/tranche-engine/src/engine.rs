@@ -51,7 +51,7 @@ impl Providers {
 #[derive(Debug, Clone)]
 pub struct Engine {
     pub(crate) id: EngineId,
-    pub(crate) store: Store,
+    pub(crate) store: Arc<dyn Store>,
     pub(crate) providers: Providers,
     pub(crate) config: EngineConfig,
     /// Where the engine reads the time (the store judges leases by its own).
@@ -63,7 +63,7 @@ fn upstream_json(e: &UpstreamError) -> serde_json::Value {
 }
 
 impl Engine {
-    pub fn new(store: Store, providers: Providers, config: EngineConfig) -> Self {
+    pub fn new(store: Arc<dyn Store>, providers: Providers, config: EngineConfig) -> Self {
         Self { id: engine_id(), store, providers, config, clock: Arc::new(SystemClock) }
     }
 
@@ -83,8 +83,13 @@ impl Engine {
         &self.id
     }
 
-    pub fn store(&self) -> &Store {
-        &self.store
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
+    }
+
+    /// The store, to keep beside the engine (a progress bar reading it while the engine works).
+    pub fn shared_store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.store)
     }
 
     pub fn providers(&self) -> &Providers {
@@ -363,7 +368,7 @@ impl Engine {
     pub(crate) async fn commit(
         &self,
         lease: &Lease,
-        writer: IngestWriter,
+        writer: Box<dyn IngestWriter>,
         next: TrancheState,
         now: i64,
     ) -> Result<(), Abandoned> {

@@ -51,7 +51,7 @@ impl Shared {
 /// it back at once.
 #[derive(Debug)]
 pub(crate) struct Lease {
-    store: Store,
+    store: Arc<dyn Store>,
     subject: Subject,
     token: LeaseToken,
     duration: Duration,
@@ -67,7 +67,7 @@ pub(crate) struct Lease {
 impl Lease {
     /// Starts holding a lease the store just granted, renewing it every third of its length.
     pub(crate) fn hold(
-        store: Store,
+        store: Arc<dyn Store>,
         subject: Subject,
         token: LeaseToken,
         duration: Duration,
@@ -126,7 +126,7 @@ impl Lease {
         if self.shared.remaining() >= self.margin {
             return Ok(());
         }
-        match renew(&self.store, &self.subject, self.token, self.duration).await? {
+        match renew(&*self.store, &self.subject, self.token, self.duration).await? {
             Some(grant) if grant.remaining >= self.margin => {
                 self.shared.set_deadline(grant);
                 Ok(())
@@ -172,7 +172,7 @@ impl From<StoreError> for EnsureError {
 }
 
 async fn renew(
-    store: &Store,
+    store: &dyn Store,
     subject: &Subject,
     token: LeaseToken,
     duration: Duration,
@@ -185,7 +185,7 @@ async fn renew(
 
 /// Renews the lease every third of its length until it is lost or the holder drops it.
 async fn heartbeat(
-    store: Store,
+    store: Arc<dyn Store>,
     subject: Subject,
     token: LeaseToken,
     duration: Duration,
@@ -194,7 +194,7 @@ async fn heartbeat(
     let every = (duration / 3).max(Duration::from_millis(10));
     loop {
         tokio::time::sleep(every).await;
-        match renew(&store, &subject, token, duration).await {
+        match renew(&*store, &subject, token, duration).await {
             Ok(Some(grant)) => shared.set_deadline(grant),
             Ok(None) => {
                 warn!(?subject, "lease passed to another engine");
@@ -222,13 +222,15 @@ pub(crate) fn engine_id() -> EngineId {
 mod tests {
     use tranche_core::{Endpoint, JobId, ProviderKind};
     use tranche_store::{NewJob, NewRequest, NewTranche};
+    use tranche_store_sqlite::SqliteStore;
 
     use super::*;
 
     /// A store holding one planned tranche.
-    async fn store_with_tranche() -> (tempfile::TempDir, Store, TrancheId) {
+    async fn store_with_tranche() -> (tempfile::TempDir, Arc<dyn Store>, TrancheId) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap());
         let mut writer = store
             .begin_job(NewJob {
                 id: JobId::new(),
@@ -273,7 +275,12 @@ mod tests {
         (dir, store, tranche.id)
     }
 
-    async fn take(store: &Store, id: TrancheId, name: &str, duration: Duration) -> Option<Lease> {
+    async fn take(
+        store: &Arc<dyn Store>,
+        id: TrancheId,
+        name: &str,
+        duration: Duration,
+    ) -> Option<Lease> {
         let token = LeaseToken::new();
         let engine = EngineId::new(name, 1);
         let (record, grant) =

@@ -13,6 +13,7 @@ use tranche_engine::{Engine, EngineConfig, Providers, SubmitError};
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_sim::{SimConfig, SimHandle, Simulator};
 use tranche_store::Store;
+use tranche_store_sqlite::SqliteStore;
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -31,7 +32,10 @@ impl Setup {
     }
 
     async fn engine_with(&self, tune: impl FnOnce(&mut EngineConfig)) -> Engine {
-        let store = Store::open(&self.dir.path().join("t.db").to_string_lossy()).await.unwrap();
+        let store = SqliteStore::open(&self.dir.path().join("t.db").to_string_lossy())
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn Store>)
+            .unwrap();
         let mut config = OpenAiConfig::new(SecretString::from("sk-test"));
         config.base_url = self.sim.openai_base_url();
         let provider = OpenAiProvider::new(config, http_client().unwrap()).unwrap();
@@ -380,7 +384,8 @@ async fn a_small_pool_goes_out_once_its_oldest_request_has_waited_max_wait() {
         .await
         .with_clock(Arc::new(clock.clone()));
     let job = submit(&engine, &lines(6)).await;
-    let queued = |engine: Engine| async move { engine.store().job_counts(job).await.unwrap().queued };
+    let queued =
+        |engine: Engine| async move { engine.store().job_counts(job).await.unwrap().queued };
     engine.tick().await.unwrap();
     assert_eq!(queued(engine.clone()).await, 0, "six requests wait for more");
     clock.advance(59);

@@ -1,4 +1,6 @@
-//! The store's error type.
+//! The store's error type, shared by every backend. Backends speak SQL through sqlx, so its
+//! error type is carried as it is; which of its codes mean "another engine has the database"
+//! is decided here for every backend.
 
 /// What went wrong talking to the database.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +19,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
     #[error("database migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("the database holds a value tranche cannot read: {0}")]
@@ -33,12 +35,14 @@ impl StoreError {
     /// trying again later, never a reason for an engine to stop.
     pub fn is_contention(&self) -> bool {
         let Self::Database(sqlx::Error::Database(e)) = self else { return false };
-        // SQLite's primary result codes SQLITE_BUSY (5) and SQLITE_LOCKED (6), whatever the
-        // extended code (BUSY_SNAPSHOT, BUSY_TIMEOUT, ...) in the upper bits.
-        e.code().and_then(|code| code.parse::<i32>().ok()).is_some_and(|code| {
-            let primary = code & 0xff;
-            primary == 5 || primary == 6
-        })
+        let Some(code) = e.code() else { return false };
+        // PostgreSQL: serialization_failure, deadlock_detected, lock_not_available.
+        if matches!(code.as_ref(), "40001" | "40P01" | "55P03") {
+            return true;
+        }
+        // SQLite: the primary result codes SQLITE_BUSY (5) and SQLITE_LOCKED (6), whatever
+        // the extended code (BUSY_SNAPSHOT, BUSY_TIMEOUT, ...) in the upper bits.
+        code.parse::<i32>().is_ok_and(|code| matches!(code & 0xff, 5 | 6))
     }
 }
 

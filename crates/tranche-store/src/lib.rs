@@ -1,13 +1,21 @@
-//! tranche's persistence: jobs, requests, tranches, attempts and provider files.
+//! tranche's persistence as traits and records: jobs, requests, tranches, attempts, provider
+//! files and leases. Backends (`tranche-store-sqlite`) implement every trait and pass the
+//! conformance suite (`conformance`, behind the feature of that name); the engine and the CLI
+//! see only the traits.
 //!
-//! Only this crate speaks SQL. It stores what the engine decides and answers what the
-//! engine and the CLI ask; it holds no business rules. Timestamps are given by the caller
-//! (unix seconds), so the store never reads a clock.
+//! A store holds no business rules: it records what the engine decides and answers what it
+//! asks. Timestamps are given by the caller (unix seconds), except that leases are judged by
+//! the store's own clock.
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod error;
 mod records;
-mod sqlite;
+mod traits;
 
 pub use error::{DuplicateCustomId, StoreError, StoreResult};
 pub use records::*;
-pub use sqlite::{IngestWriter, JobWriter, Store, TrancheUpdate};
+pub use traits::{
+    FileStore, IngestStore, IngestWriter, JobStore, JobWriter, LeaseStore, PlanStore, QueryStore,
+    Store, TrancheStore,
+};

@@ -74,7 +74,7 @@ pub struct RequestCounts {
 }
 
 impl RequestCounts {
-    pub(crate) fn add(&mut self, state: RequestState, n: u64) {
+    pub fn add(&mut self, state: RequestState, n: u64) {
         self.accepted += n;
         match state {
             RequestState::Pending => self.pending += n,
@@ -105,6 +105,14 @@ pub struct PendingItem {
     pub wire_id: String,
     pub est_tokens: u64,
     pub wire_bytes: u64,
+}
+
+/// A waiting request, and an earlier request with the same custom id and input hash that
+/// succeeded: the answer it may be given at no cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EarlierAnswer {
+    pub request_id: i64,
+    pub answered_by: i64,
 }
 
 /// Requests of one provider, endpoint and model waiting for a tranche.
@@ -276,4 +284,40 @@ pub struct ResultRow {
     pub state: RequestState,
     pub output: Option<String>,
     pub error: Option<String>,
+}
+
+/// Which fields a tranche step learned; `None` leaves a field as it was.
+#[derive(Debug, Clone)]
+pub struct TrancheUpdate {
+    pub state: TrancheState,
+    pub input_file_id: Option<String>,
+    pub batch_id: Option<String>,
+    pub batch_status: Option<String>,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    pub results_url: Option<String>,
+    pub batch_errors: Option<serde_json::Value>,
+    /// Replaces the last error (`None` clears it).
+    pub last_error: Option<serde_json::Value>,
+    pub not_before: i64,
+    pub at: i64,
+}
+
+impl TrancheUpdate {
+    /// A plain move to `state`, due at once.
+    pub fn to(state: TrancheState, at: i64) -> Self {
+        Self {
+            state,
+            input_file_id: None,
+            batch_id: None,
+            batch_status: None,
+            output_file_id: None,
+            error_file_id: None,
+            results_url: None,
+            batch_errors: None,
+            last_error: None,
+            not_before: at,
+            at,
+        }
+    }
 }

@@ -14,6 +14,7 @@ use tranche_providers::{
     Provider, http_client,
 };
 use tranche_store::Store;
+use tranche_store_sqlite::SqliteStore;
 
 use crate::args::{EngineArgs, Global, ProviderArgs};
 use crate::exit::Exit;
@@ -38,9 +39,12 @@ pub fn db_location(global: &Global) -> String {
         .unwrap_or_else(|| global.data_dir.join("tranche.db").to_string_lossy().into_owned())
 }
 
-pub async fn open_store(global: &Global) -> Result<Store, Exit> {
+pub async fn open_store(global: &Global) -> Result<Arc<dyn Store>, Exit> {
     let location = db_location(global);
-    Store::open(&location).await.map_err(|e| Exit::from(anyhow::Error::from(e)))
+    SqliteStore::open(&location)
+        .await
+        .map(|s| Arc::new(s) as Arc<dyn Store>)
+        .map_err(|e| Exit::from(anyhow::Error::from(e)))
 }
 
 fn seconds(flag: &str, value: f64, allow_zero: bool) -> Result<Duration, Exit> {

@@ -18,7 +18,10 @@ pub fn println(text: &str) {
 }
 
 /// The `status --json` object of one job.
-pub async fn job_status(store: &Store, job: &JobRecord) -> Result<serde_json::Value, StoreError> {
+pub async fn job_status(
+    store: &dyn Store,
+    job: &JobRecord,
+) -> Result<serde_json::Value, StoreError> {
     let counts = store.job_counts(job.id).await?;
     let tranches: serde_json::Map<String, serde_json::Value> = store
         .job_tranche_counts(job.id)
@@ -98,7 +101,11 @@ fn status_name(state: RequestState) -> &'static str {
 }
 
 /// Streams a job's results as JSONL, one line per request in input order. Returns the count.
-pub async fn write_results(store: &Store, job: JobId, out: &mut impl Write) -> anyhow::Result<u64> {
+pub async fn write_results(
+    store: &dyn Store,
+    job: JobId,
+    out: &mut impl Write,
+) -> anyhow::Result<u64> {
     let mut rows = store.job_results(job);
     let mut n = 0;
     while let Some(row) = rows.try_next().await? {
@@ -139,7 +146,7 @@ impl JobProgress {
         Self { bar }
     }
 
-    pub async fn update(&self, store: &Store, job: JobId) {
+    pub async fn update(&self, store: &dyn Store, job: JobId) {
         let Ok(counts) = store.job_counts(job).await else { return };
         self.bar.set_position(counts.succeeded + counts.failed + counts.cancelled);
         if let Ok(tranches) = store.job_tranche_counts(job).await {
@@ -156,7 +163,7 @@ impl JobProgress {
 
 /// The summary table printed when a job ends.
 pub async fn summary_table(
-    store: &Store,
+    store: &dyn Store,
     job: &JobRecord,
     elapsed: Duration,
 ) -> Result<Table, StoreError> {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use tracing::{debug, info, warn};
 use tranche_core::plan::{GroupKey, PlanItem, PlannedTranche, Planner};
-use tranche_core::{Endpoint, LeaseToken, ProviderKind, TrancheId};
+use tranche_core::{Endpoint, JobState, LeaseToken, ProviderKind, TrancheId};
 use tranche_store::NewTranche;
 
 use crate::engine::Engine;
@@ -54,7 +54,7 @@ impl Engine {
         duty: (&str, LeaseToken),
     ) -> Result<(), EngineError> {
         let now = self.now();
-        let answered = self.store.answer_from_earlier(kind, now).await?;
+        let answered = self.answer_from_earlier(kind, now).await?;
         if answered > 0 {
             info!(provider = %kind, requests = answered, "answered from earlier results at no cost");
         }
@@ -78,6 +78,21 @@ impl Engine {
             self.plan_group(kind, group.endpoint, group.model, now, &mut enqueued, duty).await?;
         }
         Ok(())
+    }
+
+    /// Answers waiting requests whose custom id and input hash already have a succeeded
+    /// result (from any job) with that result, at no cost: a changed body is a new version and
+    /// runs. Returns how many were answered.
+    async fn answer_from_earlier(&self, kind: ProviderKind, now: i64) -> Result<u64, EngineError> {
+        const PAGE: u32 = 1_024;
+        let (mut answered, mut after) = (0, 0);
+        loop {
+            let answers = self.store.earlier_answers(kind, after, PAGE).await?;
+            let Some(last) = answers.last() else { break };
+            after = last.request_id;
+            answered += self.store.answer_from(&answers, now).await?;
+        }
+        Ok(answered)
     }
 
     /// Cuts one group's waiting requests into tranches, until they run out or a tranche has to
@@ -177,6 +192,10 @@ impl Engine {
             }
             Some(claimed) => {
                 info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, est_tokens, "planned tranche");
+                let now = self.now();
+                self.store
+                    .move_jobs_of_tranche(tranche.id, JobState::Pending, JobState::Running, now)
+                    .await?;
                 Ok(true)
             }
         }

@@ -13,7 +13,7 @@ use crate::render;
 
 pub async fn run(global: &Global, args: CancelArgs) -> CmdResult {
     let store = context::open_store(global).await?;
-    let job = find_job(&store, &args.job).await?;
+    let job = find_job(&*store, &args.job).await?;
     let id = job.id;
     if job.state.is_terminal() {
         return Err(Exit::usage(anyhow::anyhow!("job {id} has already ended ({})", job.state)));

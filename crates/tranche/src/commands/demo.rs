@@ -10,6 +10,7 @@ use tranche_engine::{Engine, EngineConfig, Providers};
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_sim::{LineFault, LineFaultKind, ProcessingConfig, SimConfig, Simulator};
 use tranche_store::Store;
+use tranche_store_sqlite::SqliteStore;
 
 use crate::args::{DemoArgs, Global, InputArgs};
 use crate::commands::run::{drive_job, submit_file, write_results_file};
@@ -44,7 +45,9 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     openai.base_url = sim.openai_base_url();
     let provider = OpenAiProvider::new(openai, http_client().context("building the HTTP client")?)
         .context("configuring the provider")?;
-    let store = Store::open(&dir.join("tranche.db").to_string_lossy()).await?;
+    let store = SqliteStore::open(&dir.join("tranche.db").to_string_lossy())
+        .await
+        .map(|s| Arc::new(s) as Arc<dyn Store>)?;
     let config = EngineConfig {
         poll_interval: Duration::from_millis(250),
         retry_backoff: Duration::from_millis(500),

@@ -11,15 +11,15 @@ use crate::render;
 
 pub async fn run(global: &Global, args: ResultsArgs) -> CmdResult {
     let store = context::open_store(global).await?;
-    let job = find_job(&store, &args.job).await?;
+    let job = find_job(&*store, &args.job).await?;
     match &args.out {
         Some(out) => {
-            write_results_file(&store, &job, out).await?;
+            write_results_file(&*store, &job, out).await?;
         }
         None => {
             let stdout = std::io::stdout();
             let mut lock = std::io::BufWriter::new(stdout.lock());
-            render::write_results(&store, job.id, &mut lock).await?;
+            render::write_results(&*store, job.id, &mut lock).await?;
         }
     }
     Ok(ExitCode::SUCCESS)

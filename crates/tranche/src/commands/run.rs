@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -109,16 +110,16 @@ pub async fn drive_job(engine: &Engine, submitted: Submitted) -> Result<JobRecor
             on_signal.cancel();
         }
     });
-    let store = engine.store().clone();
+    let store = engine.shared_store();
     let job_id = submitted.job_id;
     let (tx, mut rx) = tokio::sync::watch::channel(());
     let updater = {
-        let store = store.clone();
+        let store = Arc::clone(&store);
         async move {
             while rx.changed().await.is_ok() {
-                progress.update(&store, job_id).await;
+                progress.update(&*store, job_id).await;
             }
-            progress.update(&store, job_id).await;
+            progress.update(&*store, job_id).await;
             progress.finish();
         }
     };
@@ -145,7 +146,11 @@ pub async fn drive_job(engine: &Engine, submitted: Submitted) -> Result<JobRecor
     Ok(job)
 }
 
-pub async fn write_results_file(store: &Store, job: &JobRecord, out: &Path) -> Result<u64, Exit> {
+pub async fn write_results_file(
+    store: &dyn Store,
+    job: &JobRecord,
+    out: &Path,
+) -> Result<u64, Exit> {
     let file = std::fs::File::create(out)
         .with_context(|| format!("cannot create `{}`", out.display()))
         .map_err(Exit::usage)?;
@@ -154,7 +159,7 @@ pub async fn write_results_file(store: &Store, job: &JobRecord, out: &Path) -> R
 }
 
 /// 0 when every request succeeded, 1 when some failed, 3 when an upstream failure stopped it.
-pub async fn job_exit(store: &Store, job: &JobRecord) -> CmdResult {
+pub async fn job_exit(store: &dyn Store, job: &JobRecord) -> CmdResult {
     let counts = store.job_counts(job.id).await?;
     match job.state {
         JobState::Failed => {

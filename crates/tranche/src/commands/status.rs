@@ -17,7 +17,7 @@ pub fn parse_job(text: &str) -> Result<JobId, Exit> {
 }
 
 /// The stored job a command-line argument names; a usage error when there is none.
-pub async fn find_job(store: &Store, text: &str) -> Result<JobRecord, Exit> {
+pub async fn find_job(store: &dyn Store, text: &str) -> Result<JobRecord, Exit> {
     let id = parse_job(text)?;
     store.job(id).await?.ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))
 }
@@ -29,7 +29,7 @@ pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
         if args.json {
             let mut all = Vec::new();
             for job in &jobs {
-                all.push(render::job_status(&store, job).await?);
+                all.push(render::job_status(&*store, job).await?);
             }
             render::println(&serde_json::Value::Array(all).to_string());
             return Ok(ExitCode::SUCCESS);
@@ -62,8 +62,8 @@ pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
         render::println(&table.to_string());
         return Ok(ExitCode::SUCCESS);
     };
-    let job = find_job(&store, &job).await?;
-    let status = render::job_status(&store, &job).await?;
+    let job = find_job(&*store, &job).await?;
+    let status = render::job_status(&*store, &job).await?;
     if args.json {
         render::println(&status.to_string());
     } else {

@@ -1,24 +1,13 @@
-//! Leases on the SQLite store: a tranche's (one engine steps it at a time) and named duties
-//! (one engine at a time plans a provider's pool). Expiry is judged by the database's clock, in
-//! milliseconds, so engines on hosts whose clocks disagree still take turns.
+//! Leases on a tranche or a named duty, judged by the database's clock in milliseconds.
 
 use std::time::Duration;
 
 use sqlx::Row;
 use tranche_core::{EngineId, LeaseToken, TrancheId};
+use tranche_store::*;
 
-use super::{Store, tranche_from_row};
-use crate::error::StoreResult;
-use crate::records::{LeaseGrant, TrancheRecord};
-
-/// The database's clock in unix milliseconds, as an SQL expression. A macro so that statements
-/// stay string literals (`concat!`), never built at run time.
-macro_rules! db_now_ms {
-    () => {
-        "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
-    };
-}
-pub(super) use db_now_ms;
+use crate::SqliteStore;
+use crate::rows::*;
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -28,11 +17,9 @@ fn grant(remaining_ms: i64) -> LeaseGrant {
     LeaseGrant { remaining: Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0)) }
 }
 
-impl Store {
-    /// Takes the lease on a tranche that has work left and is due at `now` (unix seconds),
-    /// unless another engine holds an unexpired lease on it. Returns the tranche as it stands
-    /// under the new lease, or `None` when it is not to be had (leased, finished, not due).
-    pub async fn lease_tranche(
+#[async_trait::async_trait]
+impl LeaseStore for SqliteStore {
+    async fn lease_tranche(
         &self,
         id: TrancheId,
         owner: &EngineId,
@@ -63,9 +50,7 @@ impl Store {
             .transpose()
     }
 
-    /// Extends a tranche's lease held with `token` to `duration` from now. `None`: the lease
-    /// passed to another engine (or was handed back), and the holder must stop.
-    pub async fn renew_tranche_lease(
+    async fn renew_tranche_lease(
         &self,
         id: TrancheId,
         token: LeaseToken,
@@ -86,8 +71,7 @@ impl Store {
         row.map(|row| Ok(grant(row.try_get("remaining_ms")?))).transpose()
     }
 
-    /// Hands a tranche's lease back, so that another engine may step it at once.
-    pub async fn release_tranche_lease(&self, id: TrancheId, token: LeaseToken) -> StoreResult<()> {
+    async fn release_tranche_lease(&self, id: TrancheId, token: LeaseToken) -> StoreResult<()> {
         sqlx::query(
             "UPDATE tranches SET lease_owner = NULL, lease_token = NULL, lease_expires_at = 0
              WHERE id = ? AND lease_token = ?",
@@ -99,8 +83,7 @@ impl Store {
         Ok(())
     }
 
-    /// Takes the named duty's lease unless another holder's is unexpired.
-    pub async fn acquire_duty(
+    async fn acquire_duty(
         &self,
         name: &str,
         owner: &EngineId,
@@ -128,8 +111,7 @@ impl Store {
         row.map(|row| Ok(grant(row.try_get("remaining_ms")?))).transpose()
     }
 
-    /// Extends a duty's lease held with `token`; `None` when it passed on.
-    pub async fn renew_duty(
+    async fn renew_duty(
         &self,
         name: &str,
         token: LeaseToken,
@@ -150,8 +132,7 @@ impl Store {
         row.map(|row| Ok(grant(row.try_get("remaining_ms")?))).transpose()
     }
 
-    /// Hands a duty's lease back.
-    pub async fn release_duty(&self, name: &str, token: LeaseToken) -> StoreResult<()> {
+    async fn release_duty(&self, name: &str, token: LeaseToken) -> StoreResult<()> {
         sqlx::query("DELETE FROM leases WHERE name = ? AND token = ?")
             .bind(name)
             .bind(token.to_string())

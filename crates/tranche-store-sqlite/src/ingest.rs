@@ -1,0 +1,269 @@
+//! Recording a tranche's results inside one transaction.
+
+use std::collections::HashMap;
+
+use sqlx::sqlite::SqliteRow;
+use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use tranche_core::{TrancheId, TrancheState};
+use tranche_store::*;
+
+use crate::rows::*;
+use crate::{INGEST_ROWS, SqliteStore, to_i64};
+
+#[async_trait::async_trait]
+impl IngestStore for SqliteStore {
+    async fn begin_ingest(
+        &self,
+        tranche: TrancheId,
+        held: Held,
+    ) -> StoreResult<Box<dyn IngestWriter>> {
+        let mut tx = self.begin_write().await?;
+        // Successes wait here, keyed (and so sorted) by request id, until they are applied to
+        // `requests` in one pass in id order. Temporary: private to this connection.
+        sqlx::query(
+            "CREATE TEMP TABLE IF NOT EXISTS ingest_successes (
+                request_id    INTEGER PRIMARY KEY,
+                attempt       INTEGER NOT NULL,
+                status_code   INTEGER NOT NULL,
+                input_tokens  INTEGER,
+                output_tokens INTEGER
+             )",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM temp.ingest_successes").execute(&mut *tx).await?;
+        Ok(Box::new(SqliteIngestWriter {
+            tx,
+            tranche: tranche.to_string(),
+            held,
+            staged: false,
+            finished_at: 0,
+        }))
+    }
+}
+
+/// Records the results of one tranche inside one transaction.
+#[derive(Debug)]
+pub(crate) struct SqliteIngestWriter {
+    tx: Transaction<'static, Sqlite>,
+    tranche: String,
+    held: Held,
+    /// Successes are staged and not yet applied to `requests`.
+    staged: bool,
+    /// When the staged successes were recorded.
+    finished_at: i64,
+}
+
+impl SqliteIngestWriter {
+    async fn stage_chunk(&mut self, chunk: Vec<Success>) -> StoreResult<u64> {
+        // An IN list is looked up entry by entry in `requests_by_tranche`; SQLite 3.51 plans an
+        // `UPDATE ... FROM (VALUES ...)` joined on the wire id as a scan of the tranche per line.
+        let mut select = QueryBuilder::<Sqlite>::new(
+            "SELECT id, attempts, wire_id FROM requests WHERE tranche_id = ",
+        );
+        select.push_bind(self.tranche.as_str()).push(" AND state = 'queued' AND wire_id IN (");
+        let mut ids = select.separated(", ");
+        for line in &chunk {
+            ids.push_bind(line.wire_id.as_str());
+        }
+        select.push(") ORDER BY id");
+        // Bulk statements differ in length, so none is kept prepared (each holds a large
+        // program, and a connection's statement cache would keep dozens).
+        let rows = select.build().persistent(false).fetch_all(&mut *self.tx).await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        // The first line with a wire id is the one recorded (a later one, in this chunk or
+        // another, is ignored by the inserts below).
+        let mut by_wire_id: HashMap<&str, &Success> = HashMap::with_capacity(chunk.len());
+        for line in &chunk {
+            by_wire_id.entry(line.wire_id.as_str()).or_insert(line);
+        }
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let wire_id: &str = row.try_get(2)?;
+            let line = by_wire_id.get(wire_id).ok_or_else(|| {
+                StoreError::Corrupt(format!("recorded a result for unknown wire id {wire_id}"))
+            })?;
+            found.push((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)? + 1, *line));
+        }
+        let mut stage = QueryBuilder::<Sqlite>::new(
+            "INSERT OR IGNORE INTO temp.ingest_successes
+                (request_id, attempt, status_code, input_tokens, output_tokens) ",
+        );
+        stage.push_values(found.iter(), |mut row, (id, attempt, line)| {
+            row.push_bind(*id)
+                .push_bind(*attempt)
+                .push_bind(i64::from(line.status_code))
+                .push_bind(line.input_tokens.map(to_i64))
+                .push_bind(line.output_tokens.map(to_i64));
+        });
+        let staged = stage.build().persistent(false).execute(&mut *self.tx).await?.rows_affected();
+        let mut outputs = QueryBuilder::<Sqlite>::new(
+            "INSERT OR IGNORE INTO request_outputs (request_id, output) ",
+        );
+        outputs.push_values(found.iter(), |mut row, (id, _, line)| {
+            row.push_bind(*id).push_bind(line.output.as_str());
+        });
+        outputs.build().persistent(false).execute(&mut *self.tx).await?;
+        self.staged = true;
+        Ok(staged)
+    }
+
+    /// Applies the staged successes to `requests` and `attempts`, in request id order.
+    async fn apply_staged(&mut self) -> StoreResult<()> {
+        let at = self.finished_at;
+        if !self.staged {
+            return Ok(());
+        }
+        // `id IN (SELECT ...)` walks the staged ids in order and seeks each row; an
+        // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
+        sqlx::query(
+            "UPDATE requests SET state = 'succeeded', error = NULL, not_before = 0, finished_at = ?,
+                attempts = (SELECT attempt FROM temp.ingest_successes AS s WHERE s.request_id = requests.id),
+                input_tokens = (SELECT input_tokens FROM temp.ingest_successes AS s WHERE s.request_id = requests.id),
+                output_tokens = (SELECT output_tokens FROM temp.ingest_successes AS s WHERE s.request_id = requests.id)
+             WHERE id IN (SELECT request_id FROM temp.ingest_successes)",
+        )
+        .bind(at)
+        .execute(&mut *self.tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, created_at)
+             SELECT request_id, attempt, ?, 'succeeded', status_code, ? FROM temp.ingest_successes
+             WHERE true
+             ON CONFLICT (request_id, tranche_id) DO NOTHING",
+        )
+        .bind(&self.tranche)
+        .bind(at)
+        .execute(&mut *self.tx)
+        .await?;
+        sqlx::query("DELETE FROM temp.ingest_successes").execute(&mut *self.tx).await?;
+        self.staged = false;
+        Ok(())
+    }
+
+    async fn insert_attempt(
+        &mut self,
+        row: &SqliteRow,
+        update: &ResultUpdate<'_>,
+    ) -> StoreResult<()> {
+        let request_id: i64 = row.try_get(0)?;
+        let attempt: i64 = row.try_get(1)?;
+        sqlx::query(
+            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, error, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (request_id, tranche_id) DO NOTHING",
+        )
+        .bind(request_id)
+        .bind(attempt)
+        .bind(&self.tranche)
+        .bind(update.outcome.as_str())
+        .bind(update.status_code.map(i64::from))
+        .bind(update.error)
+        .bind(update.at)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl IngestWriter for SqliteIngestWriter {
+    async fn attempt_info(&mut self, wire_id: &str) -> StoreResult<Option<AttemptInfo>> {
+        self.apply_staged().await?;
+        let row = sqlx::query(
+            "SELECT attempts, max_attempts, batch_returns FROM requests
+             WHERE tranche_id = ? AND wire_id = ? AND state = 'queued'",
+        )
+        .bind(&self.tranche)
+        .bind(wire_id)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        row.map(|row| attempt_info(&row)).transpose()
+    }
+
+    async fn unanswered(&mut self) -> StoreResult<Vec<(String, AttemptInfo)>> {
+        self.apply_staged().await?;
+        let rows = sqlx::query(
+            "SELECT attempts, max_attempts, batch_returns, wire_id FROM requests
+             WHERE tranche_id = ? AND state = 'queued' ORDER BY id",
+        )
+        .bind(&self.tranche)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        rows.iter().map(|row| Ok((row.try_get(3)?, attempt_info(row)?))).collect()
+    }
+
+    async fn record(&mut self, wire_id: &str, update: &ResultUpdate<'_>) -> StoreResult<bool> {
+        self.apply_staged().await?;
+        let row = sqlx::query(
+            "UPDATE requests SET state = ?1, error = ?3, input_tokens = ?4,
+                    output_tokens = ?5, finished_at = ?6,
+                    attempts = attempts + ?7, batch_returns = batch_returns + (1 - ?7),
+                    tranche_id = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_id END,
+                    not_before = ?8
+             WHERE tranche_id = ?9 AND wire_id = ?10 AND state = 'queued'
+             RETURNING id, attempts",
+        )
+        .bind(update.state.as_str())
+        .bind(update.output)
+        .bind(update.error)
+        .bind(update.input_tokens.map(to_i64))
+        .bind(update.output_tokens.map(to_i64))
+        .bind(update.state.is_terminal().then_some(update.at))
+        .bind(i64::from(update.spends_attempt))
+        .bind(update.not_before)
+        .bind(&self.tranche)
+        .bind(wire_id)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        let Some(row) = row else { return Ok(false) };
+        self.insert_attempt(&row, update).await?;
+        if let Some(output) = update.output {
+            let request_id: i64 = row.try_get(0)?;
+            sqlx::query(
+                "INSERT OR REPLACE INTO request_outputs (request_id, output) VALUES (?, ?)",
+            )
+            .bind(request_id)
+            .bind(output)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        Ok(true)
+    }
+
+    async fn record_successes(&mut self, lines: &mut Vec<Success>, at: i64) -> StoreResult<u64> {
+        self.finished_at = at;
+        let mut recorded = 0;
+        while !lines.is_empty() {
+            let rest = lines.split_off(lines.len().min(INGEST_ROWS));
+            let chunk = std::mem::replace(lines, rest);
+            recorded += self.stage_chunk(chunk).await?;
+        }
+        Ok(recorded)
+    }
+
+    async fn commit(mut self: Box<Self>, next: TrancheState, at: i64) -> StoreResult<bool> {
+        self.apply_staged().await?;
+        let moved = sqlx::query(
+            "UPDATE tranches SET state = ?, updated_at = ?, not_before = ?
+             WHERE id = ? AND state = ? AND lease_token = ?",
+        )
+        .bind(next.as_str())
+        .bind(at)
+        .bind(at)
+        .bind(&self.tranche)
+        .bind(self.held.state.as_str())
+        .bind(self.held.token.to_string())
+        .execute(&mut *self.tx)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            // Dropping the transaction rolls every recorded result back.
+            return Ok(false);
+        }
+        self.tx.commit().await?;
+        Ok(true)
+    }
+}

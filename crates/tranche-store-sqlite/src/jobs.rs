@@ -1,0 +1,204 @@
+//! Jobs: recording them (through `writer.rs`), moving them through their life, cancelling.
+
+use sqlx::Row;
+use tranche_core::{JobId, JobState, TrancheId};
+use tranche_store::*;
+
+use crate::rows::*;
+use crate::writer::SqliteJobWriter;
+use crate::{SqliteStore, parse, to_u64};
+
+#[async_trait::async_trait]
+impl JobStore for SqliteStore {
+    async fn begin_job(&self, job: NewJob) -> StoreResult<Box<dyn JobWriter>> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO jobs (id, provider, state, source, settings, accepted, created_at, updated_at)
+             VALUES (?, ?, 'pending', ?, ?, 0, ?, ?)",
+        )
+        .bind(job.id.to_string())
+        .bind(job.provider.as_str())
+        .bind(job.source.as_deref())
+        .bind(job.settings.to_string())
+        .bind(job.created_at)
+        .bind(job.created_at)
+        .execute(&mut *tx)
+        .await?;
+        // The insert above holds the write lock until commit, so the ids after the largest one
+        // stay free for this job's requests: they are assigned here, in input order.
+        let row =
+            sqlx::query("SELECT COALESCE(MAX(id), 0) FROM requests").fetch_one(&mut *tx).await?;
+        let last_id: i64 = row.try_get(0)?;
+        Ok(Box::new(SqliteJobWriter::new(tx, job.id.to_string(), job.provider, last_id)))
+    }
+
+    async fn job(&self, id: JobId) -> StoreResult<Option<JobRecord>> {
+        let row = sqlx::query(
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at
+             FROM jobs WHERE id = ?",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| job_from_row(&r)).transpose()
+    }
+
+    async fn recent_jobs(&self, limit: u32) -> StoreResult<Vec<JobRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at
+             FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn open_jobs(&self) -> StoreResult<Vec<JobRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at
+             FROM jobs WHERE state IN ('pending', 'running') ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn set_job_state(
+        &self,
+        id: JobId,
+        state: JobState,
+        last_error: Option<&serde_json::Value>,
+        at: i64,
+    ) -> StoreResult<bool> {
+        let finished_at = state.is_terminal().then_some(at);
+        let done = sqlx::query(
+            "UPDATE jobs SET state = ?, last_error = COALESCE(?, last_error), updated_at = ?,
+                    finished_at = COALESCE(finished_at, ?)
+             WHERE id = ? AND state IN ('pending', 'running')",
+        )
+        .bind(state.as_str())
+        .bind(last_error.map(serde_json::Value::to_string))
+        .bind(at)
+        .bind(finished_at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn move_jobs_of_tranche(
+        &self,
+        tranche: TrancheId,
+        from: JobState,
+        to: JobState,
+        at: i64,
+    ) -> StoreResult<u64> {
+        let moved = sqlx::query(
+            "UPDATE jobs SET state = ?, updated_at = ?
+             WHERE state = ? AND id IN (SELECT job_id FROM job_tranches WHERE tranche_id = ?)",
+        )
+        .bind(to.as_str())
+        .bind(at)
+        .bind(from.as_str())
+        .bind(tranche.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(moved.rows_affected())
+    }
+
+    async fn job_has_open_requests(&self, id: JobId) -> StoreResult<bool> {
+        let row = sqlx::query(
+            "SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = ? AND state IN ('pending', 'queued'))",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get::<i64, _>(0)? != 0)
+    }
+
+    async fn job_open_tranches(&self, id: JobId) -> StoreResult<u64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+             WHERE j.job_id = ? AND t.state NOT IN ('done', 'failed')",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(to_u64(row.try_get(0)?))
+    }
+
+    async fn jobs_of_tranche(&self, tranche: TrancheId) -> StoreResult<Vec<JobId>> {
+        let rows =
+            sqlx::query("SELECT job_id FROM job_tranches WHERE tranche_id = ? ORDER BY job_id")
+                .bind(tranche.to_string())
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get(0)?;
+                parse("job id", &id)
+            })
+            .collect()
+    }
+
+    async fn cancel_job(&self, id: JobId, at: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ?")
+            .bind(at)
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'cancelled', finished_at = ?, tranche_id = NULL
+             WHERE job_id = ? AND state = 'pending'",
+        )
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn job_live_tranches(&self, id: JobId) -> StoreResult<Vec<(TrancheRecord, bool)>> {
+        let rows = sqlx::query(
+            "SELECT t.*, NOT EXISTS (SELECT 1 FROM requests o
+                                     WHERE o.tranche_id = t.id AND o.job_id <> ?1) AS exclusive
+             FROM tranches t
+             WHERE t.state NOT IN ('done', 'failed')
+               AND t.id IN (SELECT DISTINCT tranche_id FROM requests
+                            WHERE job_id = ?1 AND state = 'queued' AND tranche_id IS NOT NULL)
+             ORDER BY t.created_at, t.id",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((tranche_from_row(row)?, row.try_get::<i64, _>("exclusive")? != 0)))
+            .collect()
+    }
+
+    async fn detach_job(&self, job: JobId, tranche: TrancheId, at: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'cancelled', finished_at = ?
+             WHERE job_id = ? AND tranche_id = ? AND state = 'queued'",
+        )
+        .bind(at)
+        .bind(job.to_string())
+        .bind(tranche.to_string())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM job_tranches WHERE job_id = ? AND tranche_id = ?")
+            .bind(job.to_string())
+            .bind(tranche.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+}

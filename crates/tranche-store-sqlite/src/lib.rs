@@ -1,0 +1,192 @@
+//! tranche's SQLite store: one file in WAL mode, migrations embedded in the binary. Write
+//! transactions take the write lock up front, and a busy database is waited for; leases are
+//! judged by SQLite's clock. Implements every `tranche_store` trait.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{SqlSafeStr, Sqlite, Transaction};
+use tranche_store::{Store, StoreError, StoreResult};
+
+/// The database's clock in unix milliseconds, as an SQL expression. A macro so that statements
+/// stay string literals (`concat!`), never built at run time. Leases are judged by it.
+macro_rules! db_now_ms {
+    () => {
+        "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+    };
+}
+
+mod files;
+mod ingest;
+mod jobs;
+mod leases;
+mod plan;
+mod queries;
+mod rows;
+mod tranches;
+mod writer;
+
+fn migrator() -> Migrator {
+    let migration = |version, name, sql: &'static str| {
+        Migration::new(
+            version,
+            Cow::Borrowed(name),
+            MigrationType::Simple,
+            sql.into_sql_str(),
+            false,
+        )
+    };
+    Migrator::with_migrations(vec![
+        migration(1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+        migration(2, "lean requests", include_str!("../migrations/sqlite/0002_lean_requests.sql")),
+        migration(3, "leases", include_str!("../migrations/sqlite/0003_leases.sql")),
+    ])
+}
+
+/// Rows per multi-row `INSERT` at submit: 12 bound values a row, far below SQLite's limit of
+/// 32,766 per statement, and large enough that a statement's fixed cost is paid rarely.
+const INSERT_ROWS: usize = 256;
+
+/// Result lines recorded per statement at ingest.
+const INGEST_ROWS: usize = 512;
+
+/// The SQLite store. Cheap to clone; clones share one connection pool.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+fn parse<T: FromStr>(what: &str, s: &str) -> StoreResult<T>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse::<T>().map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+fn json_opt(s: Option<String>) -> StoreResult<Option<serde_json::Value>> {
+    s.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("json: {e}"))))
+        .transpose()
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at a `sqlite:` URL or a plain file path, and
+    /// brings its schema up to date.
+    pub async fn open(location: &str) -> StoreResult<Self> {
+        let path = location
+            .strip_prefix("sqlite://")
+            .or_else(|| location.strip_prefix("sqlite:"))
+            .unwrap_or(location);
+        let in_memory = path == ":memory:" || path.is_empty();
+        if let Some(parent) =
+            Path::new(path).parent().filter(|p| !in_memory && !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+                location: location.to_owned(),
+                source,
+            })?;
+        }
+        let options = if in_memory {
+            SqliteConnectOptions::from_str("sqlite::memory:")
+        } else {
+            Ok(SqliteConnectOptions::new().filename(path))
+        }
+        .map_err(|source| StoreError::Open { location: location.to_owned(), source })?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(30))
+        // The bundled SQLite keeps temporary files (statement journals, temporary tables,
+        // sorts) in memory by default; a statement over a whole tranche would then hold
+        // megabytes. On disk they are bounded by the page cache like everything else.
+        .pragma("temp_store", "file");
+        let pool = SqlitePoolOptions::new()
+            // An in-memory database lives in one connection.
+            .max_connections(if in_memory { 1 } else { 4 })
+            .connect_with(options)
+            .await
+            .map_err(|source| StoreError::Open { location: location.to_owned(), source })?;
+        migrator().run(&pool).await.map_err(|e| StoreError::Migrate(Box::new(e)))?;
+        Ok(Self { pool })
+    }
+
+    /// Starts a transaction that writes. `BEGIN IMMEDIATE` takes the write lock at once (waiting
+    /// out the busy timeout), so that it never fails half-way when another engine wrote since
+    /// it first read, as a deferred transaction would.
+    async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+
+    use super::*;
+
+    /// A database made by the first schema, with a finished request and a waiting one, keeps
+    /// their bodies, output and tranche links through the second migration.
+    #[tokio::test]
+    async fn the_lean_requests_migration_keeps_bodies_outputs_and_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("old.db"))
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+        let mut first = migrator();
+        first.migrations.to_mut().truncate(1);
+        first.run(&pool).await.unwrap();
+        for sql in [
+            "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at)
+             VALUES ('job_1', 'openai', 'running', '{}', 2, 1, 1)",
+            "INSERT INTO tranches (id, provider, endpoint, model, state, request_count, bytes,
+                                   created_at, updated_at)
+             VALUES ('tr_1', 'openai', '/v1/chat/completions', 'm', 'done', 1, 10, 1, 1)",
+            "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
+                                   body, wire_bytes, input_hash, state, tranche_id, max_attempts,
+                                   est_tokens, accepted_at, output)
+             VALUES (1, 'job_1', 1, 'a', 'a', 'openai', '/v1/chat/completions', 'm', '{\"x\":1}',
+                     10, 'h', 'succeeded', 'tr_1', 3, 1, 1, '{\"ok\":1}'),
+                    (2, 'job_1', 2, 'b', 'b', 'openai', '/v1/chat/completions', 'm', '{\"x\":2}',
+                     10, 'h', 'pending', NULL, 3, 1, 1, NULL)",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        migrator().run(&pool).await.unwrap();
+        let row = sqlx::query(
+            "SELECT (SELECT group_concat(body, ';') FROM request_bodies),
+                    (SELECT group_concat(request_id || '=' || output, ';') FROM request_outputs),
+                    (SELECT group_concat(job_id || '>' || tranche_id, ';') FROM job_tranches)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let got: (String, String, String) =
+            (row.try_get(0).unwrap(), row.try_get(1).unwrap(), row.try_get(2).unwrap());
+        assert_eq!(got.0, r#"{"x":1};{"x":2}"#);
+        assert_eq!(got.1, r#"1={"ok":1}"#);
+        assert_eq!(got.2, "job_1>tr_1");
+    }
+}

@@ -1,0 +1,212 @@
+//! Waiting requests in keyset pages, earlier answers, enqueued tokens, and claims.
+
+use sqlx::Row;
+use tranche_core::{Endpoint, LeaseToken, ProviderKind};
+use tranche_store::*;
+
+use crate::{SqliteStore, parse, to_i64, to_u64};
+
+#[async_trait::async_trait]
+impl PlanStore for SqliteStore {
+    async fn pending_groups(
+        &self,
+        provider: ProviderKind,
+        now: i64,
+    ) -> StoreResult<Vec<PendingGroup>> {
+        let rows = sqlx::query(
+            "SELECT endpoint, model, COUNT(*), MIN(accepted_at) FROM requests
+             WHERE state = 'pending' AND provider = ? AND not_before <= ?
+             GROUP BY endpoint, model ORDER BY endpoint, model",
+        )
+        .bind(provider.as_str())
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let endpoint: String = row.try_get(0)?;
+                Ok(PendingGroup {
+                    endpoint: parse::<Endpoint>("endpoint", &endpoint)?,
+                    model: row.try_get(1)?,
+                    count: to_u64(row.try_get(2)?),
+                    oldest_accepted_at: row.try_get(3)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn pending_page(
+        &self,
+        provider: ProviderKind,
+        group: (Endpoint, &str),
+        now: i64,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<PendingItem>> {
+        let rows = sqlx::query(
+            "SELECT id, wire_bytes, wire_id, est_tokens FROM requests
+             WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ? AND id > ?
+               AND not_before <= ?
+             ORDER BY id LIMIT ?",
+        )
+        .bind(provider.as_str())
+        .bind(group.0.as_str())
+        .bind(group.1)
+        .bind(after)
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(PendingItem {
+                    request_id: row.try_get(0)?,
+                    wire_bytes: to_u64(row.try_get(1)?),
+                    wire_id: row.try_get(2)?,
+                    est_tokens: to_u64(row.try_get(3)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn earlier_answers(
+        &self,
+        provider: ProviderKind,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EarlierAnswer>> {
+        // Each waiting request looks its identity up in `requests_answers` (a partial index on
+        // uncached successes); the outer query pages in request id order.
+        let rows = sqlx::query(
+            "SELECT id, answered_by FROM (
+                SELECT r.id AS id,
+                       (SELECT p.id FROM requests AS p
+                        WHERE p.custom_id = r.custom_id AND p.input_hash = r.input_hash
+                          AND p.state = 'succeeded' AND p.cached = 0
+                        ORDER BY p.finished_at DESC, p.id DESC LIMIT 1) AS answered_by
+                FROM requests AS r
+                WHERE r.state = 'pending' AND r.provider = ? AND r.id > ?
+                ORDER BY r.id)
+             WHERE answered_by IS NOT NULL LIMIT ?",
+        )
+        .bind(provider.as_str())
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(EarlierAnswer { request_id: row.try_get(0)?, answered_by: row.try_get(1)? })
+            })
+            .collect()
+    }
+
+    async fn answer_from(&self, answers: &[EarlierAnswer], at: i64) -> StoreResult<u64> {
+        if answers.is_empty() {
+            return Ok(0);
+        }
+        let pairs: Vec<[i64; 2]> = answers.iter().map(|a| [a.request_id, a.answered_by]).collect();
+        let pairs = serde_json::to_string(&pairs)
+            .map_err(|e| StoreError::Corrupt(format!("answer pairs: {e}")))?;
+        let mut tx = self.begin_write().await?;
+        // A waiting request has no output yet (success is terminal), so the outputs copied
+        // here mark exactly the requests answered.
+        sqlx::query(
+            "INSERT INTO request_outputs (request_id, output)
+             SELECT t.id, o.output FROM json_each(?) AS j
+             JOIN requests AS t ON t.id = json_extract(j.value, '$[0]') AND t.state = 'pending'
+             JOIN request_outputs AS o ON o.request_id = json_extract(j.value, '$[1]')",
+        )
+        .bind(&pairs)
+        .execute(&mut *tx)
+        .await?;
+        let done = sqlx::query(
+            "UPDATE requests SET
+                state = 'succeeded', cached = 1, finished_at = ?, error = NULL,
+                input_tokens = NULL, output_tokens = NULL
+             WHERE state = 'pending'
+               AND id IN (SELECT json_extract(value, '$[0]') FROM json_each(?))
+               AND EXISTS (SELECT 1 FROM request_outputs AS o WHERE o.request_id = requests.id)",
+        )
+        .bind(at)
+        .bind(&pairs)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn enqueued_tokens(&self, provider: ProviderKind) -> StoreResult<Vec<(String, u64)>> {
+        let rows = sqlx::query(
+            "SELECT model, COALESCE(SUM(est_tokens), 0) FROM tranches
+             WHERE provider = ? AND state IN ('planned', 'uploading', 'uploaded', 'creating', 'submitted')
+             GROUP BY model ORDER BY model",
+        )
+        .bind(provider.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|row| Ok((row.try_get(0)?, to_u64(row.try_get(1)?)))).collect()
+    }
+
+    async fn create_tranche(
+        &self,
+        tranche: &NewTranche,
+        request_ids: &[i64],
+        duty: (&str, LeaseToken),
+    ) -> StoreResult<Option<u64>> {
+        let mut tx = self.begin_write().await?;
+        let held = sqlx::query("SELECT 1 FROM leases WHERE name = ? AND token = ?")
+            .bind(duty.0)
+            .bind(duty.1.to_string())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if held.is_none() {
+            return Ok(None);
+        }
+        let id = tranche.id.to_string();
+        sqlx::query(
+            "INSERT INTO tranches (id, provider, endpoint, model, state, request_count, bytes,
+                                   est_tokens, created_at, updated_at)
+             VALUES (?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
+        )
+        .bind(&id)
+        .bind(tranche.provider.as_str())
+        .bind(tranche.endpoint.as_str())
+        .bind(&tranche.model)
+        .bind(to_i64(tranche.bytes))
+        .bind(to_i64(tranche.est_tokens))
+        .bind(tranche.created_at)
+        .bind(tranche.created_at)
+        .execute(&mut *tx)
+        .await?;
+        let ids = serde_json::to_string(request_ids)
+            .map_err(|e| StoreError::Corrupt(format!("request ids: {e}")))?;
+        let claimed = sqlx::query(
+            "UPDATE requests SET state = 'queued', tranche_id = ?
+             WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(&id)
+        .bind(ids)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if claimed == 0 {
+            // Dropping the transaction rolls the empty tranche back.
+            return Ok(Some(0));
+        }
+        sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
+            .bind(to_i64(claimed))
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT OR IGNORE INTO job_tranches (job_id, tranche_id)
+             SELECT DISTINCT job_id, tranche_id FROM requests WHERE tranche_id = ?",
+        )
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some(claimed))
+    }
+}

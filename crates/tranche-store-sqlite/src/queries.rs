@@ -1,0 +1,109 @@
+//! The views `status` and `results` show.
+
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use sqlx::Row;
+use tranche_core::{JobId, TrancheState};
+use tranche_store::*;
+
+use crate::{SqliteStore, parse, to_u64};
+
+#[async_trait::async_trait]
+impl QueryStore for SqliteStore {
+    async fn job_counts(&self, id: JobId) -> StoreResult<RequestCounts> {
+        let rows =
+            sqlx::query("SELECT state, COUNT(*) FROM requests WHERE job_id = ? GROUP BY state")
+                .bind(id.to_string())
+                .fetch_all(&self.pool)
+                .await?;
+        let mut counts = RequestCounts::default();
+        for row in rows {
+            let state: String = row.try_get(0)?;
+            let n: i64 = row.try_get(1)?;
+            counts.add(parse("request state", &state)?, to_u64(n));
+        }
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(cached), 0), COALESCE(SUM(attempts > 1), 0)
+             FROM requests WHERE job_id = ?",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        counts.cached = to_u64(row.try_get(0)?);
+        counts.retried = to_u64(row.try_get(1)?);
+        Ok(counts)
+    }
+
+    async fn job_tokens(&self, id: JobId) -> StoreResult<TokenTotals> {
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)
+             FROM requests WHERE job_id = ?",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(TokenTotals {
+            input_tokens: to_u64(row.try_get(0)?),
+            output_tokens: to_u64(row.try_get(1)?),
+        })
+    }
+
+    async fn job_tranche_counts(&self, id: JobId) -> StoreResult<Vec<(TrancheState, u64)>> {
+        let rows = sqlx::query(
+            "SELECT t.state, COUNT(*) FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+             WHERE j.job_id = ?
+             GROUP BY t.state ORDER BY t.state",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let state: String = row.try_get(0)?;
+                let n: i64 = row.try_get(1)?;
+                Ok((parse("tranche state", &state)?, to_u64(n)))
+            })
+            .collect()
+    }
+
+    async fn job_file_counts(&self, id: JobId) -> StoreResult<FileCounts> {
+        let row = sqlx::query(
+            "SELECT
+                COALESCE(SUM(purpose = 'batch_input'), 0),
+                COALESCE(SUM(purpose <> 'batch_input'), 0),
+                COALESCE(SUM(deleted_at IS NOT NULL), 0),
+                COALESCE(SUM(deleted_at IS NULL), 0)
+             FROM provider_files
+             WHERE tranche_id IN (SELECT tranche_id FROM job_tranches WHERE job_id = ?)",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(FileCounts {
+            uploaded: to_u64(row.try_get(0)?),
+            created_by_provider: to_u64(row.try_get(1)?),
+            deleted: to_u64(row.try_get(2)?),
+            live: to_u64(row.try_get(3)?),
+        })
+    }
+
+    fn job_results(&self, id: JobId) -> BoxStream<'_, StoreResult<ResultRow>> {
+        sqlx::query(
+            "SELECT r.custom_id, r.state, o.output, r.error
+             FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
+             WHERE r.job_id = ? ORDER BY r.line",
+        )
+        .bind(id.to_string())
+        .fetch(&self.pool)
+        .map_err(StoreError::from)
+        .and_then(|row| async move {
+            let state: String = row.try_get(1)?;
+            Ok(ResultRow {
+                custom_id: row.try_get(0)?,
+                state: parse("request state", &state)?,
+                output: row.try_get(2)?,
+                error: row.try_get(3)?,
+            })
+        })
+        .boxed()
+    }
+}

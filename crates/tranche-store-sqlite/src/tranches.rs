@@ -1,0 +1,162 @@
+//! Tranches: due ones, their input lines, and compare-and-set transitions.
+
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use sqlx::Row;
+use tranche_core::{LeaseToken, ProviderKind, TrancheId};
+use tranche_store::*;
+
+use crate::rows::*;
+use crate::{SqliteStore, parse};
+
+#[async_trait::async_trait]
+impl TrancheStore for SqliteStore {
+    async fn due_tranches(&self, now: i64) -> StoreResult<Vec<TrancheRecord>> {
+        let rows = sqlx::query(concat!(
+            "SELECT * FROM tranches WHERE state NOT IN ('done', 'failed') AND not_before <= ?
+               AND (lease_token IS NULL OR lease_expires_at <= ",
+            db_now_ms!(),
+            ") ORDER BY created_at, id"
+        ))
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(tranche_from_row).collect()
+    }
+
+    async fn next_due(&self) -> StoreResult<Option<i64>> {
+        let row = sqlx::query(
+            "SELECT MIN(not_before) FROM tranches WHERE state NOT IN ('done', 'failed')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn tranche(&self, id: TrancheId) -> StoreResult<Option<TrancheRecord>> {
+        let row = sqlx::query("SELECT * FROM tranches WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| tranche_from_row(&r)).transpose()
+    }
+
+    fn tranche_input(&self, id: TrancheId) -> BoxStream<'_, StoreResult<InputLine>> {
+        sqlx::query(
+            "SELECT r.wire_id, r.endpoint, b.body
+             FROM requests AS r JOIN request_bodies AS b ON b.request_id = r.id
+             WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.wire_id",
+        )
+        .bind(id.to_string())
+        .fetch(&self.pool)
+        .map_err(StoreError::from)
+        .and_then(|row| async move {
+            let endpoint: String = row.try_get(1)?;
+            Ok(InputLine {
+                wire_id: row.try_get(0)?,
+                endpoint: parse("endpoint", &endpoint)?,
+                body: row.try_get(2)?,
+            })
+        })
+        .boxed()
+    }
+
+    async fn update_tranche(
+        &self,
+        id: TrancheId,
+        held: Held,
+        update: TrancheUpdate,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE tranches SET
+                state = ?,
+                input_file_id = COALESCE(?, input_file_id),
+                batch_id = COALESCE(?, batch_id),
+                batch_status = COALESCE(?, batch_status),
+                output_file_id = COALESCE(?, output_file_id),
+                error_file_id = COALESCE(?, error_file_id),
+                results_url = COALESCE(?, results_url),
+                batch_errors = COALESCE(?, batch_errors),
+                last_error = ?,
+                not_before = ?,
+                updated_at = ?
+             WHERE id = ? AND state = ? AND lease_token = ?",
+        )
+        .bind(update.state.as_str())
+        .bind(update.input_file_id)
+        .bind(update.batch_id)
+        .bind(update.batch_status)
+        .bind(update.output_file_id)
+        .bind(update.error_file_id)
+        .bind(update.results_url)
+        .bind(update.batch_errors.map(|v| v.to_string()))
+        .bind(update.last_error.map(|v| v.to_string()))
+        .bind(update.not_before)
+        .bind(update.at)
+        .bind(id.to_string())
+        .bind(held.state.as_str())
+        .bind(held.token.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn defer_tranche(
+        &self,
+        id: TrancheId,
+        token: LeaseToken,
+        last_error: &serde_json::Value,
+        not_before: i64,
+        at: i64,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE tranches SET last_error = ?, not_before = ?, updated_at = ?
+             WHERE id = ? AND lease_token = ?",
+        )
+        .bind(last_error.to_string())
+        .bind(not_before)
+        .bind(at)
+        .bind(id.to_string())
+        .bind(token.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn request_tranche_cancel(&self, id: TrancheId, at: i64) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE tranches SET cancel_requested = 1, not_before = ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(at)
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn tranche_has_wire_id(&self, tranche: TrancheId, wire_id: &str) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 FROM requests WHERE tranche_id = ? AND wire_id = ? AND state = 'queued' LIMIT 1")
+            .bind(tranche.to_string())
+            .bind(wire_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn tranche_of_batch(
+        &self,
+        provider: ProviderKind,
+        batch_id: &str,
+    ) -> StoreResult<Option<TrancheId>> {
+        let row = sqlx::query("SELECT id FROM tranches WHERE provider = ? AND batch_id = ?")
+            .bind(provider.as_str())
+            .bind(batch_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            let id: String = row.try_get(0)?;
+            parse("tranche id", &id)
+        })
+        .transpose()
+    }
+}

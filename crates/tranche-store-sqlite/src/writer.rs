@@ -1,0 +1,179 @@
+//! Recording a job's requests inside one transaction, many rows per statement.
+
+use std::collections::HashMap;
+
+use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use tranche_core::{Endpoint, ProviderKind};
+use tranche_store::*;
+
+use crate::{INSERT_ROWS, to_i64, to_u64};
+
+/// A request row waiting in a [`JobWriter`] for its multi-row insert.
+#[derive(Debug)]
+struct RequestRow {
+    id: i64,
+    line: i64,
+    custom_id: String,
+    wire_id: String,
+    endpoint: Endpoint,
+    model: String,
+    wire_bytes: i64,
+    input_hash: String,
+    max_attempts: i64,
+    est_tokens: i64,
+    accepted_at: i64,
+}
+
+/// Records a job's requests inside one transaction, many rows per statement.
+#[derive(Debug)]
+pub(crate) struct SqliteJobWriter {
+    tx: Transaction<'static, Sqlite>,
+    job: String,
+    provider: ProviderKind,
+    accepted: u64,
+    /// The id given to the last request added.
+    last_id: i64,
+    rows: Vec<RequestRow>,
+    bodies: Vec<(i64, String)>,
+}
+
+impl SqliteJobWriter {
+    pub(crate) fn new(
+        tx: Transaction<'static, Sqlite>,
+        job: String,
+        provider: ProviderKind,
+        last_id: i64,
+    ) -> Self {
+        Self {
+            tx,
+            job,
+            provider,
+            accepted: 0,
+            last_id,
+            rows: Vec::with_capacity(INSERT_ROWS),
+            bodies: Vec::with_capacity(INSERT_ROWS),
+        }
+    }
+
+    /// The buffered rows whose custom id an earlier row of the job (stored, or buffered
+    /// before them) already has.
+    async fn duplicates(&mut self) -> StoreResult<Vec<DuplicateCustomId>> {
+        let mut select =
+            QueryBuilder::<Sqlite>::new("SELECT custom_id, line FROM requests WHERE job_id = ");
+        select.push_bind(self.job.as_str()).push(" AND custom_id IN (");
+        let mut ids = select.separated(", ");
+        for row in &self.rows {
+            ids.push_bind(row.custom_id.as_str());
+        }
+        select.push(")");
+        let stored = select.build().persistent(false).fetch_all(&mut *self.tx).await?;
+        let mut first: HashMap<&str, i64> = HashMap::with_capacity(self.rows.len());
+        for row in &stored {
+            first.insert(row.try_get(0)?, row.try_get(1)?);
+        }
+        let mut duplicates = Vec::new();
+        for row in &self.rows {
+            match first.get(row.custom_id.as_str()) {
+                Some(&line) => duplicates.push(DuplicateCustomId {
+                    line: to_u64(row.line),
+                    custom_id: row.custom_id.clone(),
+                    first_line: to_u64(line),
+                }),
+                None => {
+                    first.insert(row.custom_id.as_str(), row.line);
+                }
+            }
+        }
+        Ok(duplicates)
+    }
+}
+
+#[async_trait::async_trait]
+impl JobWriter for SqliteJobWriter {
+    async fn add(&mut self, request: &NewRequest<'_>) -> StoreResult<()> {
+        self.last_id += 1;
+        self.rows.push(RequestRow {
+            id: self.last_id,
+            line: to_i64(request.line),
+            custom_id: request.custom_id.to_owned(),
+            wire_id: request.wire_id.to_owned(),
+            endpoint: request.endpoint,
+            model: request.model.to_owned(),
+            wire_bytes: to_i64(request.wire_bytes),
+            input_hash: request.input_hash.to_owned(),
+            max_attempts: i64::from(request.max_attempts),
+            est_tokens: to_i64(request.est_tokens),
+            accepted_at: request.accepted_at,
+        });
+        self.bodies.push((self.last_id, request.body.to_owned()));
+        self.accepted += 1;
+        if self.rows.len() >= INSERT_ROWS {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> StoreResult<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        // Only full-size statements are worth keeping prepared; the last, shorter one of a
+        // job would only crowd the connection's statement cache.
+        let persistent = self.rows.len() == INSERT_ROWS;
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
+                                   wire_bytes, input_hash, state, max_attempts, est_tokens,
+                                   accepted_at) ",
+        );
+        let (job, provider) = (&self.job, self.provider.as_str());
+        insert.push_values(self.rows.iter(), |mut row, r| {
+            row.push_bind(r.id)
+                .push_bind(job.as_str())
+                .push_bind(r.line)
+                .push_bind(r.custom_id.as_str())
+                .push_bind(r.wire_id.as_str())
+                .push_bind(provider)
+                .push_bind(r.endpoint.as_str())
+                .push_bind(r.model.as_str())
+                .push_bind(r.wire_bytes)
+                .push_bind(r.input_hash.as_str())
+                .push("'pending'")
+                .push_bind(r.max_attempts)
+                .push_bind(r.est_tokens)
+                .push_bind(r.accepted_at);
+        });
+        match insert.build().persistent(persistent).execute(&mut *self.tx).await {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                let duplicates = self.duplicates().await?;
+                self.rows.clear();
+                self.bodies.clear();
+                return Err(StoreError::DuplicateCustomIds(duplicates));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.rows.clear();
+        let mut insert =
+            QueryBuilder::<Sqlite>::new("INSERT INTO request_bodies (request_id, body) ");
+        insert.push_values(self.bodies.drain(..), |mut row, (id, body)| {
+            row.push_bind(id).push_bind(body);
+        });
+        insert.build().persistent(persistent).execute(&mut *self.tx).await?;
+        Ok(())
+    }
+
+    fn accepted(&self) -> u64 {
+        self.accepted
+    }
+
+    async fn commit(mut self: Box<Self>) -> StoreResult<u64> {
+        self.flush().await?;
+        sqlx::query("UPDATE jobs SET accepted = ? WHERE id = ?")
+            .bind(to_i64(self.accepted))
+            .bind(&self.job)
+            .execute(&mut *self.tx)
+            .await?;
+        self.tx.commit().await?;
+        Ok(self.accepted)
+    }
+}

@@ -1,0 +1,797 @@
+//! The conformance suite every store backend passes: one check per capability, each on a
+//! fresh, empty store. Jobs are all-or-nothing and keep input order; claims never overlap, even
+//! when racing; results are recorded once, and ingest repeated changes nothing; dedup look-ups
+//! match custom id and input hash; leases exclude, expire and pass on; every transition is a
+//! compare-and-set.
+//!
+//! A backend runs it with `tranche_store::store_conformance!(factory)` in a test file, where
+//! `factory` is an `async fn() -> Fresh` giving a new store. Shaped like the provider adapters'
+//! conformance suite: adding a backend is a factory and one macro line.
+
+#![expect(clippy::unwrap_used, clippy::missing_panics_doc, reason = "a test suite fails loudly")]
+
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use tranche_core::{
+    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, RequestState, TrancheId,
+    TrancheState,
+};
+
+use crate::*;
+
+/// A fresh, empty store of the backend under test, with whatever keeps it alive (a temporary
+/// folder, a scratch database) until the check ends.
+pub struct Fresh {
+    pub store: std::sync::Arc<dyn Store>,
+    pub guard: Box<dyn std::any::Any + Send>,
+}
+
+impl std::fmt::Debug for Fresh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fresh").field("store", &self.store).finish_non_exhaustive()
+    }
+}
+
+/// Records a tranche and claims requests into it under a planning lease, as an engine does.
+async fn create_tranche(store: &dyn Store, tranche: &NewTranche, ids: &[i64]) -> Option<u64> {
+    let token = LeaseToken::new();
+    let engine = EngineId::new("test", 1);
+    let duty = format!("plan:{token}");
+    store.acquire_duty(&duty, &engine, token, Duration::from_secs(60)).await.unwrap().unwrap();
+    let claimed = store.create_tranche(tranche, ids, (&duty, token)).await.unwrap();
+    store.release_duty(&duty, token).await.unwrap();
+    claimed
+}
+
+/// Takes a tranche's lease, as an engine does before it steps it.
+async fn lease(store: &dyn Store, tranche: TrancheId) -> Held {
+    let token = LeaseToken::new();
+    let engine = EngineId::new("test", 1);
+    let (record, _) = store
+        .lease_tranche(tranche, &engine, token, Duration::from_secs(60), i64::MAX)
+        .await
+        .unwrap()
+        .unwrap();
+    Held { token, state: record.state }
+}
+
+fn new_job() -> NewJob {
+    NewJob {
+        id: JobId::new(),
+        provider: ProviderKind::Openai,
+        source: Some("input.jsonl".into()),
+        settings: serde_json::json!({"task": "t"}),
+        created_at: 100,
+    }
+}
+
+async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
+    let job = new_job();
+    let id = job.id;
+    let mut writer = store.begin_job(job).await.unwrap();
+    for i in 0..n {
+        let custom_id = format!("k{i}:t:v1");
+        writer
+            .add(&NewRequest {
+                line: i + 1,
+                custom_id: &custom_id,
+                wire_id: &custom_id,
+                endpoint: Endpoint::ChatCompletions,
+                model,
+                body: r#"{"model":"m"}"#,
+                wire_bytes: 10,
+                input_hash: "00",
+                max_attempts: 3,
+                est_tokens: 10,
+                accepted_at: 100,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(writer.commit().await.unwrap(), n);
+    id
+}
+
+/// Every waiting request of model `model`, paged as the planner pages them.
+async fn pending_ids(store: &dyn Store, model: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    loop {
+        let after = ids.last().copied().unwrap_or(0);
+        let page = store
+            .pending_page(
+                ProviderKind::Openai,
+                (Endpoint::ChatCompletions, model),
+                i64::MAX,
+                after,
+                7,
+            )
+            .await
+            .unwrap();
+        if page.is_empty() {
+            return ids;
+        }
+        ids.extend(page.iter().map(|i| i.request_id));
+    }
+}
+
+async fn claim_all(store: &dyn Store, model: &str) -> (TrancheId, Vec<i64>) {
+    let ids = pending_ids(store, model).await;
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        est_tokens: 0,
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: model.into(),
+        bytes: 0,
+        created_at: 1,
+    };
+    create_tranche(store, &tranche, &ids).await;
+    (tranche.id, ids)
+}
+
+fn success(wire_id: &str, output: &str) -> Success {
+    Success {
+        wire_id: wire_id.into(),
+        status_code: 200,
+        output: output.into(),
+        input_tokens: Some(2),
+        output_tokens: Some(3),
+    }
+}
+
+pub async fn many_requests_are_written_in_order_across_statements(store: &dyn Store) {
+    let first = add_job(store, 1_000, "m").await;
+    let second = add_job(store, 3, "m").await;
+    let ids = pending_ids(store, "m").await;
+    assert_eq!(ids.len(), 1_003);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids ascend in input order");
+    let groups = store.pending_groups(ProviderKind::Openai, i64::MAX).await.unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!((groups[0].count, groups[0].oldest_accepted_at), (1_003, 100));
+    assert_eq!(store.job_counts(first).await.unwrap().pending, 1_000);
+    assert_eq!(store.job_counts(second).await.unwrap().pending, 3);
+    let (tranche, _) = claim_all(store, "m").await;
+    let lines: Vec<InputLine> = store.tranche_input(tranche).try_collect().await.unwrap();
+    assert_eq!(lines.len(), 1_003);
+    assert!(lines.windows(2).all(|w| w[0].wire_id <= w[1].wire_id), "in wire id order");
+    assert_eq!(lines.iter().filter(|l| l.wire_id == "k0:t:v1").count(), 2, "one of each job");
+    assert!(lines.iter().any(|l| l.wire_id == "k999:t:v1"));
+    assert!(lines.iter().all(|l| l.body == r#"{"model":"m"}"#));
+}
+
+pub async fn successes_are_recorded_in_bulk_once_each(store: &dyn Store) {
+    let job = add_job(store, 1_200, "m").await;
+    let (tranche, _) = claim_all(store, "m").await;
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    // More lines than one statement takes, an unknown id and a repeated one.
+    let mut lines: Vec<Success> =
+        (0..1_100).map(|i| success(&format!("k{i}:t:v1"), &format!(r#"{{"n": {i}}}"#))).collect();
+    lines.push(success("nope", "{}"));
+    lines.push(success("k5:t:v1", r#"{"again":true}"#));
+    assert_eq!(writer.record_successes(&mut lines, 9).await.unwrap(), 1_100);
+    assert!(lines.is_empty());
+    let mut again = vec![success("k7:t:v1", "{}")];
+    assert_eq!(writer.record_successes(&mut again, 9).await.unwrap(), 0, "recorded already");
+    assert_eq!(writer.unanswered().await.unwrap().len(), 100);
+    assert!(writer.commit(TrancheState::Cleaning, 9).await.unwrap());
+
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.succeeded, counts.queued), (1_100, 100));
+    assert_eq!(
+        store.job_tokens(job).await.unwrap(),
+        TokenTotals { input_tokens: 2_200, output_tokens: 3_300 }
+    );
+    let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    assert_eq!(rows[5].output.as_deref(), Some(r#"{"n": 5}"#), "the first line for an id wins");
+    assert_eq!(rows[1_099].output.as_deref(), Some(r#"{"n": 1099}"#));
+    assert_eq!(rows[1_100].output, None);
+}
+
+pub async fn a_dropped_job_writer_stores_nothing(store: &dyn Store) {
+    let job = new_job();
+    let id = job.id;
+    let mut writer = store.begin_job(job).await.unwrap();
+    writer
+        .add(&NewRequest {
+            line: 1,
+            custom_id: "a:t:v",
+            wire_id: "a:t:v",
+            endpoint: Endpoint::ChatCompletions,
+            model: "m",
+            body: "{}",
+            wire_bytes: 2,
+            input_hash: "00",
+            max_attempts: 3,
+            est_tokens: 10,
+            accepted_at: 100,
+        })
+        .await
+        .unwrap();
+    drop(writer);
+    assert!(store.job(id).await.unwrap().is_none());
+    assert!(store.recent_jobs(10).await.unwrap().is_empty());
+    assert!(pending_ids(store, "m").await.is_empty());
+}
+
+pub async fn a_committed_job_is_pending_with_its_counts(store: &dyn Store) {
+    let id = add_job(store, 3, "m").await;
+    let job = store.job(id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Pending);
+    assert_eq!(job.accepted, 3);
+    assert_eq!(job.settings["task"], "t");
+    let counts = store.job_counts(id).await.unwrap();
+    assert_eq!(counts, RequestCounts { accepted: 3, pending: 3, ..Default::default() });
+}
+
+pub async fn requests_are_claimed_into_one_tranche_only(store: &dyn Store) {
+    let id = add_job(store, 4, "m").await;
+    let ids = pending_ids(store, "m").await;
+    let first = NewTranche {
+        id: TrancheId::new(),
+        est_tokens: 0,
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 40,
+        created_at: 101,
+    };
+    assert_eq!(create_tranche(store, &first, &ids).await, Some(4));
+    let second = NewTranche { id: TrancheId::new(), ..first.clone() };
+    assert_eq!(create_tranche(store, &second, &ids).await, Some(0));
+    assert!(store.tranche(second.id).await.unwrap().is_none(), "an empty tranche is not kept");
+    assert_eq!(store.tranche(first.id).await.unwrap().unwrap().request_count, 4);
+    // Moving the job on is the engine's decision, made through the store.
+    assert_eq!(store.job(id).await.unwrap().unwrap().state, JobState::Pending);
+    let moved = store
+        .move_jobs_of_tranche(first.id, JobState::Pending, JobState::Running, 102)
+        .await
+        .unwrap();
+    assert_eq!(moved, 1);
+    assert_eq!(store.job(id).await.unwrap().unwrap().state, JobState::Running);
+    assert!(pending_ids(store, "m").await.is_empty());
+}
+
+pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
+    let job = add_job(store, 3, "m").await;
+    let ids = pending_ids(store, "m").await;
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        est_tokens: 0,
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 30,
+        created_at: 1,
+    };
+    create_tranche(store, &tranche, &ids).await;
+    let ok = ResultUpdate {
+        state: RequestState::Succeeded,
+        outcome: AttemptOutcome::Succeeded,
+        status_code: Some(200),
+        output: Some(r#"{"ok":true}"#),
+        error: None,
+        input_tokens: Some(5),
+        output_tokens: Some(7),
+        spends_attempt: true,
+        not_before: 0,
+        at: 2,
+    };
+    let held = lease(store, tranche.id).await;
+    let mut writer = store.begin_ingest(tranche.id, held).await.unwrap();
+    assert!(writer.record("k0:t:v1", &ok).await.unwrap());
+    assert!(
+        !writer.record("k0:t:v1", &ok).await.unwrap(),
+        "a second result for one request is refused"
+    );
+    assert!(!writer.record("nope", &ok).await.unwrap());
+    let failed = ResultUpdate {
+        state: RequestState::Failed,
+        outcome: AttemptOutcome::Missing,
+        status_code: None,
+        output: None,
+        error: Some(r#"{"code":"missing_result"}"#),
+        input_tokens: None,
+        output_tokens: None,
+        spends_attempt: true,
+        not_before: 0,
+        at: 2,
+    };
+    let rest = writer.unanswered().await.unwrap();
+    assert_eq!(rest.len(), 2);
+    assert_eq!(rest[0].1, AttemptInfo { attempts: 0, max_attempts: 3, batch_returns: 0 });
+    for (wire_id, _) in &rest {
+        assert!(writer.record(wire_id, &failed).await.unwrap());
+    }
+    assert!(writer.commit(TrancheState::Cleaning, 2).await.unwrap());
+
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.succeeded, counts.failed, counts.open()), (1, 2, 0));
+    assert_eq!(
+        store.job_tokens(job).await.unwrap(),
+        TokenTotals { input_tokens: 5, output_tokens: 7 }
+    );
+    assert_eq!(store.tranche(tranche.id).await.unwrap().unwrap().state, TrancheState::Cleaning);
+    let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.custom_id.as_str()).collect::<Vec<_>>(),
+        ["k0:t:v1", "k1:t:v1", "k2:t:v1"]
+    );
+    assert_eq!(rows[0].output.as_deref(), Some(r#"{"ok":true}"#));
+    assert_eq!(rows[1].state, RequestState::Failed);
+}
+
+pub async fn provider_files_are_tracked_until_deleted(store: &dyn Store) {
+    let job = add_job(store, 1, "m").await;
+    let ids = pending_ids(store, "m").await;
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        est_tokens: 0,
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 10,
+        created_at: 1,
+    };
+    create_tranche(store, &tranche, &ids).await;
+    for (file, purpose) in
+        [("file-in", FilePurpose::BatchInput), ("file-out", FilePurpose::BatchOutput)]
+    {
+        let record = FileRecord {
+            provider: ProviderKind::Openai,
+            file_id: file.into(),
+            purpose,
+            tranche_id: tranche.id,
+            filename: None,
+            bytes: Some(10),
+            expires_at: None,
+            created_at: 1,
+        };
+        store.record_file(&record).await.unwrap();
+        store.record_file(&record).await.unwrap();
+    }
+    assert_eq!(store.live_files(tranche.id).await.unwrap(), ["file-in", "file-out"]);
+    store.mark_file_deleted(ProviderKind::Openai, "file-in", 5).await.unwrap();
+    assert_eq!(store.live_files(tranche.id).await.unwrap(), ["file-out"]);
+    assert_eq!(
+        store.job_file_counts(job).await.unwrap(),
+        FileCounts { uploaded: 1, created_by_provider: 1, deleted: 1, live: 1 }
+    );
+}
+
+const LONG: Duration = Duration::from_secs(60);
+const SHORT: Duration = Duration::from_millis(150);
+
+struct Fixture {
+    tranche: TrancheId,
+    job: JobId,
+}
+
+/// A store with one job of three requests claimed into one planned tranche.
+async fn fixture(store: &dyn Store) -> Fixture {
+    let job = JobId::new();
+    let mut writer = store
+        .begin_job(NewJob {
+            id: job,
+            provider: ProviderKind::Openai,
+            source: None,
+            settings: serde_json::json!({}),
+            created_at: 1,
+        })
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let id = format!("k{i}:t:v1");
+        writer
+            .add(&NewRequest {
+                line: i + 1,
+                custom_id: &id,
+                wire_id: &id,
+                endpoint: Endpoint::ChatCompletions,
+                model: "m",
+                body: "{}",
+                wire_bytes: 10,
+                input_hash: "00",
+                max_attempts: 3,
+                est_tokens: 1,
+                accepted_at: 1,
+            })
+            .await
+            .unwrap();
+    }
+    writer.commit().await.unwrap();
+    let ids: Vec<i64> = store
+        .pending_page(ProviderKind::Openai, (Endpoint::ChatCompletions, "m"), 10, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.request_id)
+        .collect();
+    let token = LeaseToken::new();
+    store.acquire_duty("plan:openai", &engine("planner"), token, LONG).await.unwrap().unwrap();
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        est_tokens: 3,
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 30,
+        created_at: 1,
+    };
+    let claimed = store.create_tranche(&tranche, &ids, ("plan:openai", token)).await.unwrap();
+    assert_eq!(claimed, Some(3));
+    Fixture { tranche: tranche.id, job }
+}
+
+fn engine(name: &str) -> EngineId {
+    EngineId::new(name, 1)
+}
+
+pub async fn a_held_tranche_lease_excludes_other_engines_until_handed_back(store: &dyn Store) {
+    let f = fixture(store).await;
+    let (a, b) = (engine("a"), engine("b"));
+    let (ta, tb) = (LeaseToken::new(), LeaseToken::new());
+    let (record, grant) = store.lease_tranche(f.tranche, &a, ta, LONG, 10).await.unwrap().unwrap();
+    assert_eq!(record.state, TrancheState::Planned);
+    assert_eq!(record.lease_owner.as_ref(), Some(&a), "status can tell who holds it");
+    assert!(grant.remaining > Duration::from_secs(55) && grant.remaining <= LONG);
+    assert!(store.lease_tranche(f.tranche, &b, tb, LONG, 10).await.unwrap().is_none());
+    assert!(store.due_tranches(10).await.unwrap().is_empty(), "a leased tranche is not due");
+    // Renewing needs the holder's token.
+    assert!(store.renew_tranche_lease(f.tranche, tb, LONG).await.unwrap().is_none());
+    assert!(store.renew_tranche_lease(f.tranche, ta, LONG).await.unwrap().is_some());
+    // A release with the wrong token changes nothing; the holder's frees it at once.
+    store.release_tranche_lease(f.tranche, tb).await.unwrap();
+    assert!(store.lease_tranche(f.tranche, &b, tb, LONG, 10).await.unwrap().is_none());
+    store.release_tranche_lease(f.tranche, ta).await.unwrap();
+    assert_eq!(store.due_tranches(10).await.unwrap().len(), 1);
+    let (record, _) = store.lease_tranche(f.tranche, &b, tb, LONG, 10).await.unwrap().unwrap();
+    assert_eq!(record.lease_owner.as_ref(), Some(&b));
+}
+
+pub async fn a_lapsed_lease_passes_to_another_engine_and_its_holder_can_no_longer_act(
+    store: &dyn Store,
+) {
+    let f = fixture(store).await;
+    let (ta, tb) = (LeaseToken::new(), LeaseToken::new());
+    let (record, _) =
+        store.lease_tranche(f.tranche, &engine("a"), ta, SHORT, 10).await.unwrap().unwrap();
+    let held_a = Held { token: ta, state: record.state };
+    tokio::time::sleep(SHORT * 2).await;
+    let (record, _) =
+        store.lease_tranche(f.tranche, &engine("b"), tb, LONG, 10).await.unwrap().unwrap();
+    let held_b = Held { token: tb, state: record.state };
+    // The old holder's renewal, transition and ingest all fail; nothing it does lands.
+    assert!(store.renew_tranche_lease(f.tranche, ta, LONG).await.unwrap().is_none());
+    let uploading = TrancheUpdate::to(TrancheState::Uploading, 11);
+    assert!(!store.update_tranche(f.tranche, held_a, uploading.clone()).await.unwrap());
+    assert!(!store.defer_tranche(f.tranche, ta, &serde_json::json!({}), 99, 11).await.unwrap());
+    let mut writer = store.begin_ingest(f.tranche, held_a).await.unwrap();
+    let failed = ResultUpdate {
+        state: RequestState::Failed,
+        outcome: AttemptOutcome::Errored,
+        status_code: Some(400),
+        output: None,
+        error: Some("{}"),
+        input_tokens: None,
+        output_tokens: None,
+        spends_attempt: true,
+        not_before: 0,
+        at: 11,
+    };
+    assert!(writer.record("k0:t:v1", &failed).await.unwrap());
+    assert!(!writer.commit(TrancheState::Failed, 11).await.unwrap(), "the commit is refused");
+    assert_eq!(store.job_counts(f.job).await.unwrap().queued, 3, "and nothing was recorded");
+    // The new holder moves on.
+    assert!(store.update_tranche(f.tranche, held_b, uploading).await.unwrap());
+    let record = store.tranche(f.tranche).await.unwrap().unwrap();
+    assert_eq!(record.state, TrancheState::Uploading);
+}
+
+pub async fn a_transition_expecting_another_state_changes_nothing(store: &dyn Store) {
+    let f = fixture(store).await;
+    let token = LeaseToken::new();
+    store.lease_tranche(f.tranche, &engine("a"), token, LONG, 10).await.unwrap().unwrap();
+    let stale = Held { token, state: TrancheState::Uploaded };
+    let mut update = TrancheUpdate::to(TrancheState::Creating, 11);
+    update.input_file_id = Some("file-1".into());
+    assert!(!store.update_tranche(f.tranche, stale, update.clone()).await.unwrap());
+    let record = store.tranche(f.tranche).await.unwrap().unwrap();
+    assert_eq!((record.state, record.input_file_id), (TrancheState::Planned, None));
+    let mut writer = store.begin_ingest(f.tranche, stale).await.unwrap();
+    assert_eq!(writer.unanswered().await.unwrap().len(), 3);
+    assert!(!writer.commit(TrancheState::Cleaning, 11).await.unwrap());
+    let fresh = Held { token, state: TrancheState::Planned };
+    assert!(
+        store
+            .update_tranche(f.tranche, fresh, TrancheUpdate::to(TrancheState::Uploading, 11))
+            .await
+            .unwrap()
+    );
+}
+
+pub async fn a_tranche_not_due_or_finished_cannot_be_leased(store: &dyn Store) {
+    let f = fixture(store).await;
+    let token = LeaseToken::new();
+    let a = engine("a");
+    assert!(store.lease_tranche(f.tranche, &a, token, LONG, -1).await.unwrap().is_none());
+    let (record, _) = store.lease_tranche(f.tranche, &a, token, LONG, 10).await.unwrap().unwrap();
+    let done = TrancheUpdate::to(TrancheState::Done, 11);
+    assert!(
+        store.update_tranche(f.tranche, Held { token, state: record.state }, done).await.unwrap()
+    );
+    store.release_tranche_lease(f.tranche, token).await.unwrap();
+    let again = LeaseToken::new();
+    assert!(store.lease_tranche(f.tranche, &a, again, LONG, 99).await.unwrap().is_none());
+}
+
+pub async fn one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing(store: &dyn Store) {
+    fixture(store).await;
+    // The fixture's planner still holds the duty.
+    let b = LeaseToken::new();
+    assert!(store.acquire_duty("plan:openai", &engine("b"), b, LONG).await.unwrap().is_none());
+    assert!(store.renew_duty("plan:openai", b, LONG).await.unwrap().is_none());
+    // Another duty is free.
+    let c = LeaseToken::new();
+    assert!(store.acquire_duty("plan:azure", &engine("c"), c, SHORT).await.unwrap().is_some());
+    tokio::time::sleep(SHORT * 2).await;
+    let d = LeaseToken::new();
+    assert!(store.acquire_duty("plan:azure", &engine("d"), d, LONG).await.unwrap().is_some());
+    // The lapsed holder's claims are refused and record nothing.
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        est_tokens: 0,
+        provider: ProviderKind::Azure,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 0,
+        created_at: 2,
+    };
+    assert_eq!(store.create_tranche(&tranche, &[1], ("plan:azure", c)).await.unwrap(), None);
+    assert!(store.tranche(tranche.id).await.unwrap().is_none());
+    // Handing a duty back frees it at once.
+    store.release_duty("plan:azure", d).await.unwrap();
+    let e = LeaseToken::new();
+    assert!(store.acquire_duty("plan:azure", &engine("e"), e, LONG).await.unwrap().is_some());
+}
+
+pub async fn a_job_that_ended_stays_as_it_ended(store: &dyn Store) {
+    let f = fixture(store).await;
+    assert!(store.set_job_state(f.job, JobState::Done, None, 5).await.unwrap());
+    let error = serde_json::json!({"code": "late"});
+    let moved = store.set_job_state(f.job, JobState::Running, Some(&error), 6).await.unwrap();
+    assert!(!moved);
+    let job = store.job(f.job).await.unwrap().unwrap();
+    assert_eq!((job.state, job.last_error), (JobState::Done, None));
+}
+
+/// Eight claims racing for the same requests: each request lands in exactly one tranche.
+pub async fn racing_claims_never_overlap(store: &dyn Store) {
+    let job = add_job(store, 200, "m").await;
+    let ids = pending_ids(store, "m").await;
+    let claims = (0..8).map(|i| {
+        let tranche = NewTranche {
+            id: TrancheId::new(),
+            est_tokens: 0,
+            provider: ProviderKind::Openai,
+            endpoint: Endpoint::ChatCompletions,
+            model: "m".into(),
+            bytes: 0,
+            created_at: i,
+        };
+        let ids = &ids;
+        async move { (create_tranche(store, &tranche, ids).await, tranche.id) }
+    });
+    let results = futures::future::join_all(claims).await;
+    let claimed: u64 = results.iter().map(|(n, _)| n.unwrap()).sum();
+    assert_eq!(claimed, 200, "every request claimed once: {results:?}");
+    let mut in_tranches = 0;
+    for (n, id) in &results {
+        let kept = store.tranche(*id).await.unwrap();
+        assert_eq!(kept.as_ref().map(|t| t.request_count), (*n != Some(0)).then_some(n.unwrap()));
+        in_tranches += kept.map_or(0, |t| t.request_count);
+    }
+    assert_eq!(in_tranches, 200);
+    assert_eq!(store.job_counts(job).await.unwrap().queued, 200);
+}
+
+/// A tranche's results ingested a second time (a restarted engine reading the same raw file)
+/// change nothing: every request already has its result.
+pub async fn ingest_repeated_changes_nothing(store: &dyn Store) {
+    let job = add_job(store, 20, "m").await;
+    let (tranche, _) = claim_all(store, "m").await;
+    let lines = || -> Vec<Success> {
+        (0..20).map(|i| success(&format!("k{i}:t:v1"), &format!(r#"{{"n": {i}}}"#))).collect()
+    };
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    assert_eq!(writer.record_successes(&mut lines(), 5).await.unwrap(), 20);
+    assert!(writer.commit(TrancheState::Ingesting, 5).await.unwrap());
+    let again = Held { token: held.token, state: TrancheState::Ingesting };
+    let mut writer = store.begin_ingest(tranche, again).await.unwrap();
+    assert_eq!(writer.record_successes(&mut lines(), 6).await.unwrap(), 0);
+    assert!(writer.unanswered().await.unwrap().is_empty());
+    assert!(writer.commit(TrancheState::Cleaning, 6).await.unwrap());
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.succeeded, counts.retried), (20, 0), "no attempt counted twice");
+    let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    assert_eq!(rows[3].output.as_deref(), Some(r#"{"n": 3}"#));
+}
+
+/// A job of `(key, input hash)` pairs, all of model `m`.
+async fn add_hashed_job(store: &dyn Store, requests: &[(&str, &str)]) -> JobId {
+    let job = new_job();
+    let id = job.id;
+    let mut writer = store.begin_job(job).await.unwrap();
+    for (i, (key, hash)) in requests.iter().enumerate() {
+        let custom_id = format!("{key}:t:v1");
+        writer
+            .add(&NewRequest {
+                line: i as u64 + 1,
+                custom_id: &custom_id,
+                wire_id: &custom_id,
+                endpoint: Endpoint::ChatCompletions,
+                model: "m",
+                body: "{}",
+                wire_bytes: 10,
+                input_hash: hash,
+                max_attempts: 3,
+                est_tokens: 1,
+                accepted_at: 100,
+            })
+            .await
+            .unwrap();
+    }
+    writer.commit().await.unwrap();
+    id
+}
+
+/// Dedup look-ups: a waiting request is matched to an earlier success with the same custom id
+/// and input hash (never a changed body, never an answer that was itself reused), and answering
+/// it copies that output at no cost.
+pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
+    let first = add_hashed_job(store, &[("a", "h1"), ("b", "h1"), ("c", "h1")]).await;
+    let (tranche, _) = claim_all(store, "m").await;
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    let mut lines =
+        vec![success("a:t:v1", r#"{"answer":"a"}"#), success("b:t:v1", r#"{"answer":"b"}"#)];
+    writer.record_successes(&mut lines, 5).await.unwrap();
+    let failed = ResultUpdate {
+        state: RequestState::Failed,
+        outcome: AttemptOutcome::Errored,
+        status_code: Some(400),
+        output: None,
+        error: Some("{}"),
+        input_tokens: None,
+        output_tokens: None,
+        spends_attempt: true,
+        not_before: 0,
+        at: 5,
+    };
+    assert!(writer.record("c:t:v1", &failed).await.unwrap());
+    assert!(writer.commit(TrancheState::Cleaning, 5).await.unwrap());
+    // Same id and hash: answered. Changed body: a new version. Failed before: runs. New: runs.
+    let second = add_hashed_job(store, &[("a", "h1"), ("b", "h2"), ("c", "h1"), ("d", "h1")]).await;
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 100).await.unwrap();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert!(store.earlier_answers(ProviderKind::Azure, 0, 100).await.unwrap().is_empty());
+    assert_eq!(store.answer_from(&answers, 9).await.unwrap(), 1);
+    assert_eq!(store.answer_from(&answers, 9).await.unwrap(), 0, "answered already");
+    let counts = store.job_counts(second).await.unwrap();
+    assert_eq!((counts.succeeded, counts.cached, counts.pending), (1, 1, 3));
+    let rows: Vec<ResultRow> = store.job_results(second).try_collect().await.unwrap();
+    assert_eq!(rows[0].output.as_deref(), Some(r#"{"answer":"a"}"#));
+    // A third copy is answered by the original, not by the reused answer.
+    let _third = add_hashed_job(store, &[("a", "h1")]).await;
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 100).await.unwrap();
+    assert_eq!(answers.len(), 1);
+    let original = store.job_results(first).try_collect::<Vec<_>>().await.unwrap();
+    assert_eq!(original[0].custom_id, "a:t:v1");
+    let again = store.earlier_answers(ProviderKind::Openai, answers[0].request_id, 100).await;
+    assert!(again.unwrap().is_empty(), "pages by request id");
+}
+
+/// Runs the whole suite against a backend: `factory` is an `async fn() -> Fresh`.
+#[macro_export]
+macro_rules! store_conformance {
+    ($factory:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn many_requests_are_written_in_order_across_statements() {
+            let fresh = $factory().await;
+            $crate::conformance::many_requests_are_written_in_order_across_statements(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn successes_are_recorded_in_bulk_once_each() {
+            let fresh = $factory().await;
+            $crate::conformance::successes_are_recorded_in_bulk_once_each(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_dropped_job_writer_stores_nothing() {
+            let fresh = $factory().await;
+            $crate::conformance::a_dropped_job_writer_stores_nothing(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_committed_job_is_pending_with_its_counts() {
+            let fresh = $factory().await;
+            $crate::conformance::a_committed_job_is_pending_with_its_counts(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn requests_are_claimed_into_one_tranche_only() {
+            let fresh = $factory().await;
+            $crate::conformance::requests_are_claimed_into_one_tranche_only(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn results_are_recorded_once_and_the_rest_in_bulk() {
+            let fresh = $factory().await;
+            $crate::conformance::results_are_recorded_once_and_the_rest_in_bulk(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn provider_files_are_tracked_until_deleted() {
+            let fresh = $factory().await;
+            $crate::conformance::provider_files_are_tracked_until_deleted(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_held_tranche_lease_excludes_other_engines_until_handed_back() {
+            let fresh = $factory().await;
+            $crate::conformance::a_held_tranche_lease_excludes_other_engines_until_handed_back(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_lapsed_lease_passes_to_another_engine_and_its_holder_can_no_longer_act() {
+            let fresh = $factory().await;
+            $crate::conformance::a_lapsed_lease_passes_to_another_engine_and_its_holder_can_no_longer_act(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_transition_expecting_another_state_changes_nothing() {
+            let fresh = $factory().await;
+            $crate::conformance::a_transition_expecting_another_state_changes_nothing(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_tranche_not_due_or_finished_cannot_be_leased() {
+            let fresh = $factory().await;
+            $crate::conformance::a_tranche_not_due_or_finished_cannot_be_leased(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing() {
+            let fresh = $factory().await;
+            $crate::conformance::one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_job_that_ended_stays_as_it_ended() {
+            let fresh = $factory().await;
+            $crate::conformance::a_job_that_ended_stays_as_it_ended(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn racing_claims_never_overlap() {
+            let fresh = $factory().await;
+            $crate::conformance::racing_claims_never_overlap(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn ingest_repeated_changes_nothing() {
+            let fresh = $factory().await;
+            $crate::conformance::ingest_repeated_changes_nothing(&*fresh.store).await;
+            drop(fresh);
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn earlier_answers_match_custom_id_and_input_hash() {
+            let fresh = $factory().await;
+            $crate::conformance::earlier_answers_match_custom_id_and_input_hash(&*fresh.store).await;
+            drop(fresh);
+        }
+    };
+}

@@ -1,0 +1,332 @@
+//! What a store can do, one trait per capability: jobs, views, planning and claims, tranches,
+//! provider files, ingest and leases. Every backend implements all of them (`Store`) and
+//! passes the conformance suite; the engine and the CLI see only these traits.
+//!
+//! Timestamps in records are given by the caller (unix seconds by the engine's clock); leases
+//! alone are judged by the store's own clock.
+
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use tranche_core::{
+    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, TrancheId, TrancheState,
+};
+
+use crate::error::StoreResult;
+use crate::records::*;
+
+/// Recording jobs and moving them through their life.
+#[async_trait::async_trait]
+pub trait JobStore: Send + Sync {
+    /// Starts recording a job. Nothing is visible to others until [`JobWriter::commit`];
+    /// dropping the writer stores nothing.
+    async fn begin_job(&self, job: NewJob) -> StoreResult<Box<dyn JobWriter>>;
+
+    async fn job(&self, id: JobId) -> StoreResult<Option<JobRecord>>;
+
+    /// The newest jobs first.
+    async fn recent_jobs(&self, limit: u32) -> StoreResult<Vec<JobRecord>>;
+
+    /// Jobs that are not in a terminal state.
+    async fn open_jobs(&self) -> StoreResult<Vec<JobRecord>>;
+
+    /// Moves an open job to `state` (compare-and-set: a job that has ended stays as it
+    /// ended). Returns whether it moved.
+    async fn set_job_state(
+        &self,
+        id: JobId,
+        state: JobState,
+        last_error: Option<&serde_json::Value>,
+        at: i64,
+    ) -> StoreResult<bool>;
+
+    /// Moves every job with requests in `tranche` from `from` to `to`. Returns how many moved.
+    async fn move_jobs_of_tranche(
+        &self,
+        tranche: TrancheId,
+        from: JobState,
+        to: JobState,
+        at: i64,
+    ) -> StoreResult<u64>;
+
+    /// Whether any of a job's requests is still waiting or in a tranche.
+    async fn job_has_open_requests(&self, id: JobId) -> StoreResult<bool>;
+
+    /// How many tranches holding a job's requests still have work left (cleanup included).
+    async fn job_open_tranches(&self, id: JobId) -> StoreResult<u64>;
+
+    /// The jobs with requests in a tranche.
+    async fn jobs_of_tranche(&self, tranche: TrancheId) -> StoreResult<Vec<JobId>>;
+
+    /// Marks a job as cancelled by its user and cancels its requests that are still waiting
+    /// for a tranche. Returns how many requests that cancelled.
+    async fn cancel_job(&self, id: JobId, at: i64) -> StoreResult<u64>;
+
+    /// The unfinished tranches holding a job's queued requests, each with whether the job's
+    /// requests are the only ones in it.
+    async fn job_live_tranches(&self, id: JobId) -> StoreResult<Vec<(TrancheRecord, bool)>>;
+
+    /// Ends a job's queued requests in a tranche shared with other jobs as cancelled; the
+    /// tranche goes on for the others, and their results for this job are ignored.
+    async fn detach_job(&self, job: JobId, tranche: TrancheId, at: i64) -> StoreResult<u64>;
+}
+
+/// Records a job's requests inside one transaction.
+#[async_trait::async_trait]
+pub trait JobWriter: Send {
+    /// Adds a request; ids are given in the order requests are added.
+    async fn add(&mut self, request: &NewRequest<'_>) -> StoreResult<()>;
+
+    /// Writes what is buffered. Fails with [`crate::StoreError::DuplicateCustomIds`], writing
+    /// none of it, when a request repeats a custom id of the job; the job is then to be
+    /// dropped, not committed.
+    async fn flush(&mut self) -> StoreResult<()>;
+
+    /// How many requests were added so far.
+    fn accepted(&self) -> u64;
+
+    /// Makes the job and all its requests visible at once. Returns how many were accepted.
+    async fn commit(self: Box<Self>) -> StoreResult<u64>;
+}
+
+/// What `status` and `results` show: each costs what it shows, not what the job holds.
+#[async_trait::async_trait]
+pub trait QueryStore: Send + Sync {
+    async fn job_counts(&self, id: JobId) -> StoreResult<RequestCounts>;
+
+    async fn job_tokens(&self, id: JobId) -> StoreResult<TokenTotals>;
+
+    /// How many of the tranches holding a job's requests are in each state.
+    async fn job_tranche_counts(&self, id: JobId) -> StoreResult<Vec<(TrancheState, u64)>>;
+
+    /// File counts over the tranches that hold a job's requests.
+    async fn job_file_counts(&self, id: JobId) -> StoreResult<FileCounts>;
+
+    /// A job's requests in input order, with their outcomes.
+    fn job_results(&self, id: JobId) -> BoxStream<'_, StoreResult<ResultRow>>;
+}
+
+/// Waiting requests, and claiming them into tranches.
+#[async_trait::async_trait]
+pub trait PlanStore: Send + Sync {
+    /// Requests of one provider waiting for a tranche whose backoff has passed, grouped by
+    /// endpoint and model.
+    async fn pending_groups(
+        &self,
+        provider: ProviderKind,
+        now: i64,
+    ) -> StoreResult<Vec<PendingGroup>>;
+
+    /// Up to `limit` requests of one group waiting for a tranche whose backoff has passed,
+    /// with ids above `after`, in the order they were accepted (keyset pages: memory does not
+    /// grow with the number of waiting requests).
+    async fn pending_page(
+        &self,
+        provider: ProviderKind,
+        group: (Endpoint, &str),
+        now: i64,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<PendingItem>>;
+
+    /// Up to `limit` waiting requests of one provider with ids above `after`, in id order,
+    /// each with an earlier request of the same custom id and input hash that succeeded (not
+    /// itself answered that way): the newest such. The engine decides which of them to answer
+    /// from it.
+    async fn earlier_answers(
+        &self,
+        provider: ProviderKind,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<EarlierAnswer>>;
+
+    /// Answers each waiting request with its earlier request's output: succeeded, marked
+    /// cached, at no cost. A request no longer waiting is left alone. Returns how many were
+    /// answered.
+    async fn answer_from(&self, answers: &[EarlierAnswer], at: i64) -> StoreResult<u64>;
+
+    /// Estimated tokens per model in tranches that are, or are about to be, at the provider.
+    async fn enqueued_tokens(&self, provider: ProviderKind) -> StoreResult<Vec<(String, u64)>>;
+
+    /// Records a tranche and claims its requests, in one transaction, while the planning duty
+    /// `duty` is still held with its token. Requests no longer pending are not claimed; the
+    /// tranche's count is what was claimed. Returns that count (a tranche that would claim
+    /// none is not recorded), or `None` when the duty's lease passed to another engine (then
+    /// nothing is recorded).
+    async fn create_tranche(
+        &self,
+        tranche: &NewTranche,
+        request_ids: &[i64],
+        duty: (&str, LeaseToken),
+    ) -> StoreResult<Option<u64>>;
+}
+
+/// Tranches and their compare-and-set transitions.
+#[async_trait::async_trait]
+pub trait TrancheStore: Send + Sync {
+    /// Tranches with work left whose backoff has passed and that no engine holds a live
+    /// lease on, oldest first. Stepping one takes its lease first.
+    async fn due_tranches(&self, now: i64) -> StoreResult<Vec<TrancheRecord>>;
+
+    /// The earliest time any unfinished tranche is due, if there is one.
+    async fn next_due(&self) -> StoreResult<Option<i64>>;
+
+    async fn tranche(&self, id: TrancheId) -> StoreResult<Option<TrancheRecord>>;
+
+    /// The tranche's input lines, in wire id order.
+    fn tranche_input(&self, id: TrancheId) -> BoxStream<'_, StoreResult<InputLine>>;
+
+    /// Moves a tranche to a new state, recording the fields the step learned: a
+    /// compare-and-set on the lease and state in `held`. Returns false, changing nothing, when
+    /// either is no longer what the caller holds.
+    async fn update_tranche(
+        &self,
+        id: TrancheId,
+        held: Held,
+        update: TrancheUpdate,
+    ) -> StoreResult<bool>;
+
+    /// Puts a tranche off until `not_before`, recording why, without touching its state (the
+    /// "-ing" intent the step recorded stays). Compares the lease token; returns whether the
+    /// tranche was still held.
+    async fn defer_tranche(
+        &self,
+        id: TrancheId,
+        token: LeaseToken,
+        last_error: &serde_json::Value,
+        not_before: i64,
+        at: i64,
+    ) -> StoreResult<bool>;
+
+    /// Asks for a tranche's batch to be cancelled at the provider (the engine does it).
+    async fn request_tranche_cancel(&self, id: TrancheId, at: i64) -> StoreResult<()>;
+
+    /// Whether a request with `wire_id` waits in `tranche`.
+    async fn tranche_has_wire_id(&self, tranche: TrancheId, wire_id: &str) -> StoreResult<bool>;
+
+    /// The tranche that recorded a provider batch, if any.
+    async fn tranche_of_batch(
+        &self,
+        provider: ProviderKind,
+        batch_id: &str,
+    ) -> StoreResult<Option<TrancheId>>;
+}
+
+/// Files tranche uploaded to, or had created at, a provider.
+#[async_trait::async_trait]
+pub trait FileStore: Send + Sync {
+    /// Records a provider file (idempotent: a second record of the same file changes nothing).
+    async fn record_file(&self, file: &FileRecord) -> StoreResult<()>;
+
+    async fn mark_file_deleted(
+        &self,
+        provider: ProviderKind,
+        file_id: &str,
+        at: i64,
+    ) -> StoreResult<()>;
+
+    /// Ids of a tranche's files not yet deleted, oldest first.
+    async fn live_files(&self, tranche: TrancheId) -> StoreResult<Vec<String>>;
+}
+
+/// Recording a tranche's results.
+#[async_trait::async_trait]
+pub trait IngestStore: Send + Sync {
+    /// Starts recording a tranche's results, in one transaction, under the lease and state in
+    /// `held` (compared again when the writer commits).
+    async fn begin_ingest(
+        &self,
+        tranche: TrancheId,
+        held: Held,
+    ) -> StoreResult<Box<dyn IngestWriter>>;
+}
+
+/// Records the results of one tranche inside one transaction.
+#[async_trait::async_trait]
+pub trait IngestWriter: Send {
+    /// Where the queued request with `wire_id` in this tranche stands, if there is one.
+    async fn attempt_info(&mut self, wire_id: &str) -> StoreResult<Option<AttemptInfo>>;
+
+    /// The tranche's requests that have no result yet, with where each stands.
+    async fn unanswered(&mut self) -> StoreResult<Vec<(String, AttemptInfo)>>;
+
+    /// Records the result for the request with `wire_id` in this tranche. Returns false when
+    /// no queued request of the tranche has that id (unknown, or already recorded). A request
+    /// whose new state is `pending` leaves the tranche and returns to the pool.
+    async fn record(&mut self, wire_id: &str, update: &ResultUpdate<'_>) -> StoreResult<bool>;
+
+    /// Records successful result lines, many at a time (`lines` is drained): each request
+    /// with that wire id waiting in this tranche ends `succeeded` with the output, spending an
+    /// attempt. A line whose wire id matches no waiting request (unknown, or recorded
+    /// already) changes nothing. Returns how many lines were recorded.
+    async fn record_successes(&mut self, lines: &mut Vec<Success>, at: i64) -> StoreResult<u64>;
+
+    /// Makes all recorded results visible at once, and moves the tranche to `next`. Returns
+    /// false, recording nothing, when the tranche's lease or state is no longer what the
+    /// writer was begun with.
+    async fn commit(self: Box<Self>, next: TrancheState, at: i64) -> StoreResult<bool>;
+}
+
+/// Leases: how engines on one store take turns. Judged by the store's own clock.
+#[async_trait::async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Takes the lease on a tranche that has work left and is due at `now` (unix seconds),
+    /// unless another engine holds an unexpired lease on it. Returns the tranche as it stands
+    /// under the new lease, or `None` when it is not to be had (leased, finished, not due).
+    async fn lease_tranche(
+        &self,
+        id: TrancheId,
+        owner: &EngineId,
+        token: LeaseToken,
+        duration: Duration,
+        now: i64,
+    ) -> StoreResult<Option<(TrancheRecord, LeaseGrant)>>;
+
+    /// Extends a tranche's lease held with `token` to `duration` from now. `None`: the lease
+    /// passed to another engine (or was handed back), and the holder must stop.
+    async fn renew_tranche_lease(
+        &self,
+        id: TrancheId,
+        token: LeaseToken,
+        duration: Duration,
+    ) -> StoreResult<Option<LeaseGrant>>;
+
+    /// Hands a tranche's lease back, so that another engine may step it at once.
+    async fn release_tranche_lease(&self, id: TrancheId, token: LeaseToken) -> StoreResult<()>;
+
+    /// Takes the named duty's lease unless another holder's is unexpired.
+    async fn acquire_duty(
+        &self,
+        name: &str,
+        owner: &EngineId,
+        token: LeaseToken,
+        duration: Duration,
+    ) -> StoreResult<Option<LeaseGrant>>;
+
+    /// Extends a duty's lease held with `token`; `None` when it passed on.
+    async fn renew_duty(
+        &self,
+        name: &str,
+        token: LeaseToken,
+        duration: Duration,
+    ) -> StoreResult<Option<LeaseGrant>>;
+
+    /// Hands a duty's lease back.
+    async fn release_duty(&self, name: &str, token: LeaseToken) -> StoreResult<()>;
+}
+
+/// A whole store: every capability, one backend.
+#[async_trait::async_trait]
+pub trait Store:
+    JobStore
+    + QueryStore
+    + PlanStore
+    + TrancheStore
+    + FileStore
+    + IngestStore
+    + LeaseStore
+    + std::fmt::Debug
+{
+    /// Closes every connection (SQLite checkpoints its log).
+    async fn close(&self);
+}
