@@ -46,6 +46,7 @@ fn migrator() -> Migrator {
         migration(1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
         migration(2, "lean requests", include_str!("../migrations/sqlite/0002_lean_requests.sql")),
         migration(3, "leases", include_str!("../migrations/sqlite/0003_leases.sql")),
+        migration(4, "job counters", include_str!("../migrations/sqlite/0004_job_counters.sql")),
     ])
 }
 

@@ -10,37 +10,35 @@ use crate::{SqliteStore, parse, to_u64};
 #[async_trait::async_trait]
 impl QueryStore for SqliteStore {
     async fn job_counts(&self, id: JobId) -> StoreResult<RequestCounts> {
-        let rows =
-            sqlx::query("SELECT state, COUNT(*) FROM requests WHERE job_id = ? GROUP BY state")
-                .bind(id.to_string())
-                .fetch_all(&self.pool)
-                .await?;
-        let mut counts = RequestCounts::default();
-        for row in rows {
-            let state: String = row.try_get(0)?;
-            let n: i64 = row.try_get(1)?;
-            counts.add(parse("request state", &state)?, to_u64(n));
-        }
+        // Kept by `requests_keep_job_counters`: one row, whatever the job's size.
         let row = sqlx::query(
-            "SELECT COALESCE(SUM(cached), 0), COALESCE(SUM(attempts > 1), 0)
-             FROM requests WHERE job_id = ?",
+            "SELECT accepted, n_pending, n_queued, n_succeeded, n_failed, n_cancelled, n_cached,
+                    n_retried
+             FROM jobs WHERE id = ?",
         )
         .bind(id.to_string())
-        .fetch_one(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        counts.cached = to_u64(row.try_get(0)?);
-        counts.retried = to_u64(row.try_get(1)?);
-        Ok(counts)
+        let Some(row) = row else { return Ok(RequestCounts::default()) };
+        let n = |i: usize| -> StoreResult<u64> { Ok(to_u64(row.try_get(i)?)) };
+        Ok(RequestCounts {
+            accepted: n(0)?,
+            pending: n(1)?,
+            queued: n(2)?,
+            succeeded: n(3)?,
+            failed: n(4)?,
+            cancelled: n(5)?,
+            cached: n(6)?,
+            retried: n(7)?,
+        })
     }
 
     async fn job_tokens(&self, id: JobId) -> StoreResult<TokenTotals> {
-        let row = sqlx::query(
-            "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0)
-             FROM requests WHERE job_id = ?",
-        )
-        .bind(id.to_string())
-        .fetch_one(&self.pool)
-        .await?;
+        let row = sqlx::query("SELECT input_tokens, output_tokens FROM jobs WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(TokenTotals::default()) };
         Ok(TokenTotals {
             input_tokens: to_u64(row.try_get(0)?),
             output_tokens: to_u64(row.try_get(1)?),

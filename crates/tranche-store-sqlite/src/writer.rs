@@ -168,7 +168,8 @@ impl JobWriter for SqliteJobWriter {
 
     async fn commit(mut self: Box<Self>) -> StoreResult<u64> {
         self.flush().await?;
-        sqlx::query("UPDATE jobs SET accepted = ? WHERE id = ?")
+        // Every request of a new job is pending; the counters' trigger follows them from here.
+        sqlx::query("UPDATE jobs SET accepted = ?1, n_pending = ?1 WHERE id = ?2")
             .bind(to_i64(self.accepted))
             .bind(&self.job)
             .execute(&mut *self.tx)

@@ -566,6 +566,91 @@ pub async fn a_job_that_ended_stays_as_it_ended(store: &dyn Store) {
     assert_eq!((job.state, job.last_error), (JobState::Done, None));
 }
 
+/// Recounts a job's requests by state from its results and checks the store's counts agree.
+async fn assert_counts_match_results(store: &dyn Store, job: JobId) {
+    let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    let mut recount = RequestCounts::default();
+    for row in &rows {
+        recount.add(row.state, 1);
+    }
+    let counts = store.job_counts(job).await.unwrap();
+    let by_state =
+        |c: &RequestCounts| (c.accepted, c.pending, c.queued, c.succeeded, c.failed, c.cancelled);
+    assert_eq!(by_state(&counts), by_state(&recount), "counts disagree with the requests");
+}
+
+/// A job's counts follow every change of its requests: claims, results of every kind, a
+/// retry's second attempt, a cancel, an answer reused from an earlier job; tokens add up.
+pub async fn counts_follow_every_change(store: &dyn Store) {
+    let job = add_job(store, 6, "m").await;
+    assert_eq!(store.job_counts(job).await.unwrap().pending, 6);
+    assert_counts_match_results(store, job).await;
+    let ids = pending_ids(store, "m").await;
+    let tranche = NewTranche {
+        id: TrancheId::new(),
+        est_tokens: 0,
+        provider: ProviderKind::Openai,
+        endpoint: Endpoint::ChatCompletions,
+        model: "m".into(),
+        bytes: 0,
+        created_at: 1,
+    };
+    assert_eq!(create_tranche(store, &tranche, &ids[..4]).await, Some(4));
+    assert_counts_match_results(store, job).await;
+    let held = lease(store, tranche.id).await;
+    let mut writer = store.begin_ingest(tranche.id, held).await.unwrap();
+    let mut ok = vec![success("k0:t:v1", "{}")];
+    writer.record_successes(&mut ok, 2).await.unwrap();
+    let update = |state, spends_attempt| ResultUpdate {
+        state,
+        outcome: AttemptOutcome::Errored,
+        status_code: Some(500),
+        output: None,
+        error: Some("{}"),
+        input_tokens: None,
+        output_tokens: None,
+        spends_attempt,
+        not_before: 0,
+        at: 2,
+    };
+    assert!(writer.record("k1:t:v1", &update(RequestState::Pending, true)).await.unwrap());
+    assert!(writer.record("k2:t:v1", &update(RequestState::Failed, true)).await.unwrap());
+    assert!(writer.record("k3:t:v1", &update(RequestState::Cancelled, false)).await.unwrap());
+    assert!(writer.commit(TrancheState::Cleaning, 2).await.unwrap());
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!(
+        (counts.pending, counts.queued, counts.succeeded, counts.failed, counts.cancelled),
+        (3, 0, 1, 1, 1)
+    );
+    assert_eq!(
+        store.job_tokens(job).await.unwrap(),
+        TokenTotals { input_tokens: 2, output_tokens: 3 }
+    );
+    assert_counts_match_results(store, job).await;
+    // The retried request's second attempt succeeds: one retried request.
+    let second = NewTranche { id: TrancheId::new(), ..tranche.clone() };
+    assert_eq!(create_tranche(store, &second, &[ids[1]]).await, Some(1));
+    let held = lease(store, second.id).await;
+    let mut writer = store.begin_ingest(second.id, held).await.unwrap();
+    writer.record_successes(&mut vec![success("k1:t:v1", "{}")], 3).await.unwrap();
+    assert!(writer.commit(TrancheState::Cleaning, 3).await.unwrap());
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.succeeded, counts.retried), (2, 1));
+    assert_eq!(store.job_tokens(job).await.unwrap().input_tokens, 4);
+    // Cancelling ends the two still waiting.
+    assert_eq!(store.cancel_job(job, 4).await.unwrap(), 2);
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.pending, counts.cancelled, counts.open()), (0, 3, 0));
+    assert_counts_match_results(store, job).await;
+    // Another job reusing k0's answer counts it succeeded and cached.
+    let other = add_job(store, 1, "m").await;
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 10).await.unwrap();
+    assert_eq!(store.answer_from(&answers, 5).await.unwrap(), 1);
+    let counts = store.job_counts(other).await.unwrap();
+    assert_eq!((counts.succeeded, counts.cached, counts.pending), (1, 1, 0));
+    assert_counts_match_results(store, other).await;
+}
+
 /// Eight claims racing for the same requests: each request lands in exactly one tranche.
 pub async fn racing_claims_never_overlap(store: &dyn Store) {
     let job = add_job(store, 200, "m").await;
@@ -697,6 +782,12 @@ pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
 #[macro_export]
 macro_rules! store_conformance {
     ($factory:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn counts_follow_every_change() {
+            let fresh = $factory().await;
+            $crate::conformance::counts_follow_every_change(&*fresh.store).await;
+            drop(fresh);
+        }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn many_requests_are_written_in_order_across_statements() {
             let fresh = $factory().await;

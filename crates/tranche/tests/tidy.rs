@@ -93,11 +93,8 @@ fn the_engine_reads_time_from_its_clock() {
 fn the_engine_depends_on_no_store_backend() {
     let manifest =
         std::fs::read_to_string(workspace().join("crates/tranche-engine/Cargo.toml")).unwrap();
-    let dependencies = manifest
-        .split("[dependencies]")
-        .nth(1)
-        .and_then(|rest| rest.split("\n[").next())
-        .unwrap();
+    let dependencies =
+        manifest.split("[dependencies]").nth(1).and_then(|rest| rest.split("\n[").next()).unwrap();
     assert!(dependencies.contains("tranche-store."), "the engine uses the store traits");
     for backend in ["tranche-store-sqlite", "sqlx"] {
         assert!(!dependencies.contains(backend), "the engine depends on `{backend}`");
