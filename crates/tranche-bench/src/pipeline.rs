@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use secrecy::SecretString;
 use tracing::info;
-use tranche_core::input::InputOptions;
+use tranche_core::JobSettings;
 use tranche_core::{Endpoint, JobId, ProviderKind, TrancheState};
 use tranche_engine::{Engine, EngineConfig, Providers};
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
@@ -286,15 +286,15 @@ async fn run_in(settings: &RunSettings, root: &Path) -> anyhow::Result<Report> {
             let file = tokio::fs::File::open(&input_path)
                 .await
                 .with_context(|| format!("cannot open `{}`", input_path.display()))?;
-            let options = InputOptions {
+            let settings = JobSettings {
                 task: Some(input::TASK.to_owned()),
                 version: Some("v1".to_owned()),
                 endpoint: Endpoint::ChatCompletions,
-                ..InputOptions::new(ProviderKind::Openai)
+                ..JobSettings::default()
             };
-            let settings = serde_json::json!({ "task": input::TASK, "version": "v1" });
             let source = Some(input_path.display().to_string());
-            Ok(engine.submit(tokio::io::BufReader::new(file), options, source, settings).await?)
+            let input = tokio::io::BufReader::new(file);
+            Ok(engine.submit(input, ProviderKind::Openai, settings, source).await?)
         })
         .await?;
     let job = submitted.job_id;

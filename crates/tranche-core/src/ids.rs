@@ -116,6 +116,36 @@ impl fmt::Display for EngineId {
     }
 }
 
+/// The provider account a tranche's batch lives on: the provider and the base URL or endpoint
+/// it is reached at, never a key. An engine steps only tranches of accounts it has
+/// credentials for, so a worker pointed at one account never polls another's batches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AccountId(String);
+
+impl AccountId {
+    /// `location` is where the account is reached, without credentials (the adapters strip
+    /// user info, query and fragment from their base URL).
+    pub fn new(provider: crate::ProviderKind, location: &str) -> Self {
+        Self(format!("{provider} {}", location.trim_end_matches('/')))
+    }
+
+    /// An id as stored.
+    pub fn from_stored(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AccountId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A string that is not a well-formed job or tranche id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`{value}` is not a valid {kind}")]
@@ -361,6 +391,14 @@ mod tests {
         assert!(token.to_string().starts_with("ls_"));
         assert_eq!(token.to_string().parse::<LeaseToken>().unwrap(), token);
         assert!(tranche.to_string().parse::<JobId>().is_err());
+    }
+
+    #[test]
+    fn accounts_name_provider_and_location() {
+        let a = AccountId::new(crate::ProviderKind::Azure, "https://r.openai.azure.com/");
+        assert_eq!(a.as_str(), "azure https://r.openai.azure.com");
+        assert_eq!(a, AccountId::new(crate::ProviderKind::Azure, "https://r.openai.azure.com"));
+        assert_ne!(a, AccountId::new(crate::ProviderKind::Openai, "https://r.openai.azure.com"));
     }
 
     #[test]

@@ -8,11 +8,13 @@ pub mod ids;
 pub mod input;
 pub mod plan;
 pub mod provider;
+pub mod settings;
 pub mod state;
 pub mod tokens;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use hash::InputHash;
-pub use ids::{CustomId, CustomIdError, EngineId, JobId, LeaseToken, TrancheId};
+pub use ids::{AccountId, CustomId, CustomIdError, EngineId, JobId, LeaseToken, TrancheId};
 pub use provider::{Endpoint, ProviderKind};
+pub use settings::JobSettings;
 pub use state::{AttemptOutcome, JobState, RequestState, TrancheState};

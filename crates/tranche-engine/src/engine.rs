@@ -185,8 +185,10 @@ impl Engine {
             }
         }
         for due in self.store.due_tranches(self.now()).await? {
-            // An engine steps only tranches of providers it has an adapter for.
-            if self.providers.get(due.provider).is_none() {
+            // An engine steps only tranches of accounts it has credentials for; tranches made
+            // before accounts were recorded go to any engine of their provider.
+            let Some(provider) = self.providers.get(due.provider) else { continue };
+            if due.account.as_ref().is_some_and(|account| *account != provider.account()) {
                 continue;
             }
             let token = LeaseToken::new();

@@ -220,7 +220,7 @@ pub(crate) fn engine_id() -> EngineId {
 
 #[cfg(test)]
 mod tests {
-    use tranche_core::{Endpoint, JobId, ProviderKind};
+    use tranche_core::{AccountId, Endpoint, JobId, JobSettings, ProviderKind};
     use tranche_store::{NewJob, NewRequest, NewTranche};
     use tranche_store_sqlite::SqliteStore;
 
@@ -236,7 +236,7 @@ mod tests {
                 id: JobId::new(),
                 provider: ProviderKind::Openai,
                 source: None,
-                settings: serde_json::json!({}),
+                settings: JobSettings::default(),
                 created_at: 1,
             })
             .await
@@ -264,6 +264,7 @@ mod tests {
         store.acquire_duty(duty, &engine, token, Duration::from_secs(5)).await.unwrap();
         let tranche = NewTranche {
             id: TrancheId::new(),
+            account: AccountId::new(ProviderKind::Openai, "http://127.0.0.1:9/v1"),
             est_tokens: 1,
             provider: ProviderKind::Openai,
             endpoint: Endpoint::ChatCompletions,

@@ -3,12 +3,10 @@
 
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
-use tranche_core::JobId;
 use tranche_core::codec::{input_line_len, wire_id};
-use tranche_core::input::{
-    ErrorCollector, InputError, InputOptions, InputParser, Rejected, duplicate,
-};
+use tranche_core::input::{ErrorCollector, InputError, InputParser, Rejected, duplicate};
 use tranche_core::plan::TrancheLimits;
+use tranche_core::{JobId, JobSettings, ProviderKind};
 use tranche_store::{NewJob, NewRequest, StoreError};
 
 use crate::engine::Engine;
@@ -33,24 +31,21 @@ pub enum SubmitError {
 }
 
 impl Engine {
-    /// Parses `input` line by line and records it as one job. A job with any bad line is
-    /// rejected whole: every bad line is reported (up to a limit) and nothing is stored.
+    /// Parses `input` line by line, as `settings` say, and records it as one job for
+    /// `provider_kind`. A job with any bad line is rejected whole: every bad line is reported
+    /// (up to a limit) and nothing is stored. `source` names the input, for display.
     pub async fn submit<R: AsyncBufRead + Unpin>(
         &self,
         mut input: R,
-        options: InputOptions,
+        provider_kind: ProviderKind,
+        settings: JobSettings,
         source: Option<String>,
-        settings: serde_json::Value,
     ) -> Result<Submitted, SubmitError> {
-        let provider_kind = options.provider;
+        let options = settings.input_options(provider_kind);
         let limits = self.config().limits(provider_kind);
         let accepted_at = self.now();
-        let max_attempts = settings
-            .get("max_attempts")
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(self.config().max_attempts);
+        let max_attempts =
+            settings.max_attempts.filter(|&n| n > 0).unwrap_or(self.config().max_attempts);
         let job_id = JobId::new();
         let mut writer = self
             .store()

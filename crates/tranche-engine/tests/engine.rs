@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use secrecy::SecretString;
-use tranche_core::input::InputOptions;
-use tranche_core::{JobId, JobState, ProviderKind, RequestState};
+use tranche_core::{JobId, JobSettings, JobState, ProviderKind, RequestState};
 use tranche_engine::{Engine, EngineConfig, Providers, SubmitError};
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_sim::{SimConfig, SimHandle, Simulator};
@@ -63,9 +62,8 @@ fn lines(n: usize) -> String {
 }
 
 async fn submit(engine: &Engine, text: &str) -> JobId {
-    let options =
-        InputOptions { task: Some("t".into()), ..InputOptions::new(ProviderKind::Openai) };
-    engine.submit(text.as_bytes(), options, None, serde_json::json!({})).await.unwrap().job_id
+    let settings = JobSettings { task: Some("t".into()), ..JobSettings::default() };
+    engine.submit(text.as_bytes(), ProviderKind::Openai, settings, None).await.unwrap().job_id
 }
 
 #[tokio::test]
@@ -144,9 +142,8 @@ async fn a_fatal_upstream_error_fails_the_job_and_keeps_provider_status_and_code
 async fn an_empty_input_is_rejected_and_stores_nothing() {
     let setup = Setup::new().await;
     let engine = setup.engine(None).await;
-    let options =
-        InputOptions { task: Some("t".into()), ..InputOptions::new(ProviderKind::Openai) };
-    let err = engine.submit(&b"\n\n"[..], options, None, serde_json::json!({})).await.unwrap_err();
+    let settings = JobSettings { task: Some("t".into()), ..JobSettings::default() };
+    let err = engine.submit(&b"\n\n"[..], ProviderKind::Openai, settings, None).await.unwrap_err();
     assert!(err.to_string().contains("no requests"), "{err}");
     assert!(engine.store().recent_jobs(5).await.unwrap().is_empty());
 }
@@ -155,8 +152,7 @@ async fn an_empty_input_is_rejected_and_stores_nothing() {
 async fn repeated_custom_ids_are_found_across_stored_rows_and_reported_in_line_order() {
     let setup = Setup::new().await;
     let engine = setup.engine(None).await;
-    let options =
-        InputOptions { task: Some("t".into()), ..InputOptions::new(ProviderKind::Openai) };
+    let settings = JobSettings { task: Some("t".into()), ..JobSettings::default() };
     // Far more lines than the store writes per statement: line 700 repeats line 2 (stored
     // long before), line 702 repeats line 701 (in the same statement), and line 900 has
     // bad JSON, found before the repeats are.
@@ -176,7 +172,7 @@ async fn repeated_custom_ids_are_found_across_stored_rows_and_reported_in_line_o
         }
     }
     let err =
-        engine.submit(input.as_bytes(), options, None, serde_json::json!({})).await.unwrap_err();
+        engine.submit(input.as_bytes(), ProviderKind::Openai, settings, None).await.unwrap_err();
     let SubmitError::Rejected(rejected) = err else { panic!("not rejected: {err}") };
     let found: Vec<(u64, String)> =
         rejected.errors.iter().map(|e| (e.line, e.reason.clone())).collect();
@@ -526,4 +522,39 @@ async fn engines_sharing_a_store_never_repeat_a_side_effect() {
     let billed = ledger_by_custom_id(&setup);
     assert_eq!(billed.len(), 240);
     assert!(billed.values().all(|outcomes| outcomes.len() == 1), "a request was billed twice");
+}
+
+/// A tranche records the account its batch lives on; an engine reaching another account of
+/// the same provider never steps it, and the account's own engine carries it to the end.
+#[tokio::test]
+async fn an_engine_steps_only_tranches_of_its_own_account() {
+    let setup = Setup::new().await;
+    let ours = setup.engine(None).await;
+    let job = submit(&ours, &lines(4)).await;
+    ours.tick().await.unwrap();
+    let elsewhere =
+        Simulator::spawn(SimConfig { speed: 0.0, ..SimConfig::default() }).await.unwrap();
+    let theirs = {
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(&setup.dir.path().join("t.db").to_string_lossy()).await.unwrap(),
+        );
+        let mut config = OpenAiConfig::new(SecretString::from("sk-test"));
+        config.base_url = elsewhere.openai_base_url();
+        let provider = OpenAiProvider::new(config, http_client().unwrap()).unwrap();
+        let engine_config = EngineConfig {
+            poll_interval: Duration::ZERO,
+            retry_backoff: Duration::ZERO,
+            ..EngineConfig::in_dir(setup.dir.path())
+        };
+        Engine::new(store, Providers::new().with(Arc::new(provider)), engine_config)
+    };
+    let before = ours.store().job_tranche_counts(job).await.unwrap();
+    for _ in 0..5 {
+        theirs.tick().await.unwrap();
+        setup.sim.advance(1.0);
+    }
+    assert_eq!(ours.store().job_tranche_counts(job).await.unwrap(), before, "not its tranches");
+    assert_eq!(elsewhere.stats().files_uploaded + elsewhere.stats().batches_created, 0);
+    assert_eq!(run_to_end(&setup, &ours, job).await, JobState::Done);
+    assert_eq!(setup.sim.stats().requests_billed, 4);
 }

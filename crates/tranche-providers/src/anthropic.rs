@@ -17,7 +17,7 @@ use tranche_core::{Endpoint, ProviderKind, TrancheId};
 use crate::error::{
     ConfigError, ErrorKind, LineParseError, UpstreamError, error_type_is_retryable,
 };
-use crate::http::{self, RetryPolicy};
+use crate::http::{self, RetryPolicy, account_of};
 use crate::oai;
 use crate::provider::Provider;
 use crate::time::{opt_timestamp, timestamp};
@@ -243,6 +243,10 @@ impl AnthropicProvider {
 impl Provider for AnthropicProvider {
     fn kind(&self) -> ProviderKind {
         PROVIDER
+    }
+
+    fn account(&self) -> tranche_core::AccountId {
+        account_of(PROVIDER, &self.base_url)
     }
 
     fn has_batch_metadata(&self) -> bool {

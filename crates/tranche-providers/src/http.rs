@@ -10,7 +10,7 @@ use rand::Rng;
 use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 use tokio::io::AsyncWriteExt;
-use tranche_core::ProviderKind;
+use tranche_core::{AccountId, ProviderKind};
 
 use crate::error::{ConfigError, ErrorKind, UpstreamError, request_id_from_headers};
 
@@ -263,9 +263,27 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// The account a base URL reaches, without anything secret in it (user info, query, fragment).
+pub(crate) fn account_of(provider: ProviderKind, base_url: &reqwest::Url) -> AccountId {
+    let mut location = base_url.clone();
+    let _ = location.set_username("");
+    let _ = location.set_password(None);
+    location.set_query(None);
+    location.set_fragment(None);
+    AccountId::new(provider, location.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_account_never_carries_credentials() {
+        let url =
+            reqwest::Url::parse("https://user:secret@api.example.com/v1/?key=sk-1#x").unwrap();
+        let account = account_of(ProviderKind::Openai, &url);
+        assert_eq!(account.as_str(), "openai https://api.example.com/v1");
+    }
 
     #[test]
     fn backoff_grows_and_is_capped() {

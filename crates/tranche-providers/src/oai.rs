@@ -730,6 +730,10 @@ macro_rules! forward_provider {
                 self.client.provider()
             }
 
+            fn account(&self) -> tranche_core::AccountId {
+                $crate::http::account_of(self.client.provider(), self.client.base_url())
+            }
+
             async fn find_batch_file(
                 &self,
                 tranche: tranche_core::TrancheId,

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use tranche_core::{ProviderKind, TrancheId};
+use tranche_core::{AccountId, ProviderKind, TrancheId};
 
 use crate::error::{ErrorKind, LineParseError, UpstreamError};
 use crate::types::{
@@ -19,6 +19,10 @@ use crate::types::{
 #[async_trait::async_trait]
 pub trait Provider: Send + Sync + std::fmt::Debug {
     fn kind(&self) -> ProviderKind;
+
+    /// The account this adapter reaches: provider and base URL, never the key. A tranche
+    /// records it, and only engines reaching the same account step that tranche.
+    fn account(&self) -> AccountId;
 
     /// Whether batches start from an uploaded file or carry their requests inline.
     fn transport(&self) -> InputTransport {

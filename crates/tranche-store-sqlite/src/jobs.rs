@@ -11,15 +11,19 @@ use crate::{SqliteStore, parse, to_u64};
 #[async_trait::async_trait]
 impl JobStore for SqliteStore {
     async fn begin_job(&self, job: NewJob) -> StoreResult<Box<dyn JobWriter>> {
+        let settings = serde_json::to_string(&job.settings)
+            .map_err(|e| StoreError::Corrupt(format!("job settings: {e}")))?;
         let mut tx = self.begin_write().await?;
         sqlx::query(
-            "INSERT INTO jobs (id, provider, state, source, settings, accepted, created_at, updated_at)
-             VALUES (?, ?, 'pending', ?, ?, 0, ?, ?)",
+            "INSERT INTO jobs (id, provider, state, source, settings, tenant, accepted, created_at,
+                               updated_at)
+             VALUES (?, ?, 'pending', ?, ?, ?, 0, ?, ?)",
         )
         .bind(job.id.to_string())
         .bind(job.provider.as_str())
         .bind(job.source.as_deref())
-        .bind(job.settings.to_string())
+        .bind(settings)
+        .bind(job.settings.tenant.as_deref())
         .bind(job.created_at)
         .bind(job.created_at)
         .execute(&mut *tx)

@@ -47,6 +47,11 @@ fn migrator() -> Migrator {
         migration(2, "lean requests", include_str!("../migrations/sqlite/0002_lean_requests.sql")),
         migration(3, "leases", include_str!("../migrations/sqlite/0003_leases.sql")),
         migration(4, "job counters", include_str!("../migrations/sqlite/0004_job_counters.sql")),
+        migration(
+            5,
+            "tenants and accounts",
+            include_str!("../migrations/sqlite/0005_tenants_and_accounts.sql"),
+        ),
     ])
 }
 

@@ -165,12 +165,13 @@ impl PlanStore for SqliteStore {
         }
         let id = tranche.id.to_string();
         sqlx::query(
-            "INSERT INTO tranches (id, provider, endpoint, model, state, request_count, bytes,
-                                   est_tokens, created_at, updated_at)
-             VALUES (?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
+            "INSERT INTO tranches (id, provider, account, endpoint, model, state, request_count,
+                                   bytes, est_tokens, created_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
         )
         .bind(&id)
         .bind(tranche.provider.as_str())
+        .bind(tranche.account.as_str())
         .bind(tranche.endpoint.as_str())
         .bind(&tranche.model)
         .bind(to_i64(tranche.bytes))

@@ -2,7 +2,7 @@
 
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
-use tranche_core::EngineId;
+use tranche_core::{AccountId, EngineId};
 use tranche_store::*;
 
 use crate::{json_opt, parse, to_u64};
@@ -62,6 +62,7 @@ pub(crate) fn tranche_from_row(row: &SqliteRow) -> StoreResult<TrancheRecord> {
         cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
         lease_owner: row.try_get::<Option<String>, _>("lease_owner")?.map(EngineId::from_stored),
         lease_expires_at: row.try_get("lease_expires_at")?,
+        account: row.try_get::<Option<String>, _>("account")?.map(AccountId::from_stored),
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })

@@ -2,7 +2,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use tranche_core::{Endpoint, JobId, ProviderKind};
+use tranche_core::{Endpoint, JobId, JobSettings, ProviderKind};
 use tranche_store::{JobStore, NewJob, NewRequest, Store};
 use tranche_store_sqlite::SqliteStore;
 
@@ -11,7 +11,7 @@ async fn add_job(store: &dyn Store, n: u64) -> JobId {
         id: JobId::new(),
         provider: ProviderKind::Openai,
         source: None,
-        settings: serde_json::json!({}),
+        settings: JobSettings::default(),
         created_at: 1,
     };
     let id = job.id;

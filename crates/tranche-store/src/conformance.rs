@@ -14,11 +14,16 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use tranche_core::{
-    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, RequestState, TrancheId,
-    TrancheState,
+    AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
+    RequestState, TrancheId, TrancheState,
 };
 
 use crate::*;
+
+/// The account the suite's tranches are on.
+fn account() -> AccountId {
+    AccountId::new(ProviderKind::Openai, "http://127.0.0.1:9/v1")
+}
 
 /// A fresh, empty store of the backend under test, with whatever keeps it alive (a temporary
 /// folder, a scratch database) until the check ends.
@@ -61,7 +66,7 @@ fn new_job() -> NewJob {
         id: JobId::new(),
         provider: ProviderKind::Openai,
         source: Some("input.jsonl".into()),
-        settings: serde_json::json!({"task": "t"}),
+        settings: JobSettings { task: Some("t".into()), ..JobSettings::default() },
         created_at: 100,
     }
 }
@@ -119,6 +124,7 @@ async fn claim_all(store: &dyn Store, model: &str) -> (TrancheId, Vec<i64>) {
     let ids = pending_ids(store, model).await;
     let tranche = NewTranche {
         id: TrancheId::new(),
+        account: account(),
         est_tokens: 0,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
@@ -220,7 +226,7 @@ pub async fn a_committed_job_is_pending_with_its_counts(store: &dyn Store) {
     let job = store.job(id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Pending);
     assert_eq!(job.accepted, 3);
-    assert_eq!(job.settings["task"], "t");
+    assert_eq!(job.settings.task.as_deref(), Some("t"));
     let counts = store.job_counts(id).await.unwrap();
     assert_eq!(counts, RequestCounts { accepted: 3, pending: 3, ..Default::default() });
 }
@@ -230,6 +236,7 @@ pub async fn requests_are_claimed_into_one_tranche_only(store: &dyn Store) {
     let ids = pending_ids(store, "m").await;
     let first = NewTranche {
         id: TrancheId::new(),
+        account: account(),
         est_tokens: 0,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
@@ -258,6 +265,7 @@ pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
     let ids = pending_ids(store, "m").await;
     let tranche = NewTranche {
         id: TrancheId::new(),
+        account: account(),
         est_tokens: 0,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
@@ -327,6 +335,7 @@ pub async fn provider_files_are_tracked_until_deleted(store: &dyn Store) {
     let ids = pending_ids(store, "m").await;
     let tranche = NewTranche {
         id: TrancheId::new(),
+        account: account(),
         est_tokens: 0,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
@@ -376,7 +385,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
             id: job,
             provider: ProviderKind::Openai,
             source: None,
-            settings: serde_json::json!({}),
+            settings: JobSettings::default(),
             created_at: 1,
         })
         .await
@@ -412,6 +421,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
     store.acquire_duty("plan:openai", &engine("planner"), token, LONG).await.unwrap().unwrap();
     let tranche = NewTranche {
         id: TrancheId::new(),
+        account: account(),
         est_tokens: 3,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
@@ -541,6 +551,7 @@ pub async fn one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing(stor
     // The lapsed holder's claims are refused and record nothing.
     let tranche = NewTranche {
         id: TrancheId::new(),
+        account: account(),
         est_tokens: 0,
         provider: ProviderKind::Azure,
         endpoint: Endpoint::ChatCompletions,
@@ -588,6 +599,7 @@ pub async fn counts_follow_every_change(store: &dyn Store) {
     let ids = pending_ids(store, "m").await;
     let tranche = NewTranche {
         id: TrancheId::new(),
+        account: account(),
         est_tokens: 0,
         provider: ProviderKind::Openai,
         endpoint: Endpoint::ChatCompletions,
@@ -658,6 +670,7 @@ pub async fn racing_claims_never_overlap(store: &dyn Store) {
     let claims = (0..8).map(|i| {
         let tranche = NewTranche {
             id: TrancheId::new(),
+            account: account(),
             est_tokens: 0,
             provider: ProviderKind::Openai,
             endpoint: Endpoint::ChatCompletions,

@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 pub use tranche_core::AttemptOutcome;
 use tranche_core::{
-    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, RequestState, TrancheId,
-    TrancheState,
+    AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
+    RequestState, TrancheId, TrancheState,
 };
 
 /// A job as first recorded.
@@ -16,8 +16,8 @@ pub struct NewJob {
     pub provider: ProviderKind,
     /// Where the input came from (a file name), for display.
     pub source: Option<String>,
-    /// The job's settings as JSON.
-    pub settings: serde_json::Value,
+    /// What the job asks for (its tenant included).
+    pub settings: JobSettings,
     pub created_at: i64,
 }
 
@@ -48,7 +48,7 @@ pub struct JobRecord {
     pub provider: ProviderKind,
     pub state: JobState,
     pub source: Option<String>,
-    pub settings: serde_json::Value,
+    pub settings: JobSettings,
     pub accepted: u64,
     /// The upstream error that stopped the job, if one did.
     pub last_error: Option<serde_json::Value>,
@@ -129,6 +129,8 @@ pub struct PendingGroup {
 #[derive(Debug, Clone)]
 pub struct NewTranche {
     pub id: TrancheId,
+    /// The provider account its batch is to live on.
+    pub account: AccountId,
     pub est_tokens: u64,
     pub provider: ProviderKind,
     pub endpoint: Endpoint,
@@ -168,6 +170,9 @@ pub struct TrancheRecord {
     pub lease_owner: Option<EngineId>,
     /// When that lease lapses, in unix milliseconds of the database's clock.
     pub lease_expires_at: i64,
+    /// The provider account its batch lives on (`None` for tranches made before accounts
+    /// were recorded).
+    pub account: Option<AccountId>,
     pub created_at: i64,
     pub updated_at: i64,
 }

@@ -63,6 +63,7 @@ pub async fn job_status(
         "job_id": job.id.to_string(),
         "state": job.state.as_str(),
         "provider": job.provider.as_str(),
+        "tenant": job.settings.tenant,
         "source": job.source,
         "created_at": job.created_at,
         "finished_at": job.finished_at,

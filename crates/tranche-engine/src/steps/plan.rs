@@ -172,8 +172,10 @@ impl Engine {
         }
         *enqueued.entry(model.clone()).or_insert(0) += est_tokens;
         let ids: Vec<i64> = planned.items.iter().map(|(id, _)| *id).collect();
+        let account = self.provider(planned.group.provider)?.account();
         let tranche = NewTranche {
             id: TrancheId::new(),
+            account,
             est_tokens,
             provider: planned.group.provider,
             endpoint: planned.group.endpoint,

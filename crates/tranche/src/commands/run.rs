@@ -8,8 +8,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use tokio::io::BufReader;
 use tokio_util::sync::CancellationToken;
-use tranche_core::JobState;
-use tranche_core::input::InputOptions;
+use tranche_core::{JobSettings, JobState};
 use tranche_engine::{Engine, Providers, SubmitError, Submitted, Until};
 use tranche_store::{JobRecord, Store};
 
@@ -18,13 +17,14 @@ use crate::context;
 use crate::exit::{self, CmdResult, Exit};
 use crate::render::{self, JobProgress};
 
-pub fn input_options(args: &InputArgs) -> InputOptions {
-    InputOptions {
-        provider: args.provider,
+/// What the flags ask of a job.
+pub fn job_settings(args: &InputArgs) -> JobSettings {
+    JobSettings {
         task: args.task.clone(),
         version: Some(args.task_version.clone()),
         endpoint: args.endpoint(),
         model: args.model.clone(),
+        max_attempts: args.max_attempts,
         tenant: args.tenant.clone(),
     }
 }
@@ -39,15 +39,8 @@ pub async fn submit_file(
         .await
         .with_context(|| format!("cannot open `{}`", file.display()))
         .map_err(Exit::usage)?;
-    let settings = serde_json::json!({
-        "task": args.task,
-        "version": args.task_version,
-        "endpoint": args.endpoint(),
-        "model": args.model,
-        "max_attempts": args.max_attempts,
-    });
     let source = Some(file.display().to_string());
-    engine.submit(BufReader::new(handle), input_options(args), source, settings).await.map_err(
+    engine.submit(BufReader::new(handle), args.provider, job_settings(args), source).await.map_err(
         |e| match e {
             SubmitError::Rejected(rejected) => {
                 Exit::usage(anyhow::anyhow!("{}", rejected.to_string().trim_end()))
