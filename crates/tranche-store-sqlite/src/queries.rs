@@ -5,6 +5,7 @@ use sqlx::Row;
 use tranche_core::{JobId, TrancheState};
 use tranche_store::*;
 
+use crate::rows::tranche_from_row;
 use crate::{SqliteStore, parse, to_u64};
 
 #[async_trait::async_trait]
@@ -61,6 +62,18 @@ impl QueryStore for SqliteStore {
                 Ok((parse("tranche state", &state)?, to_u64(n)))
             })
             .collect()
+    }
+
+    async fn job_unfinished_tranches(&self, id: JobId) -> StoreResult<Vec<TrancheRecord>> {
+        let rows = sqlx::query(
+            "SELECT t.* FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+             WHERE j.job_id = ? AND t.state NOT IN ('done', 'failed')
+             ORDER BY t.created_at, t.id",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(tranche_from_row).collect()
     }
 
     async fn job_file_counts(&self, id: JobId) -> StoreResult<FileCounts> {

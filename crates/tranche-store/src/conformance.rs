@@ -445,6 +445,9 @@ pub async fn a_held_tranche_lease_excludes_other_engines_until_handed_back(store
     let (record, grant) = store.lease_tranche(f.tranche, &a, ta, LONG, 10).await.unwrap().unwrap();
     assert_eq!(record.state, TrancheState::Planned);
     assert_eq!(record.lease_owner.as_ref(), Some(&a), "status can tell who holds it");
+    let unfinished = store.job_unfinished_tranches(f.job).await.unwrap();
+    assert_eq!(unfinished.len(), 1);
+    assert_eq!((unfinished[0].id, unfinished[0].lease_owner.as_ref()), (f.tranche, Some(&a)));
     assert!(grant.remaining > Duration::from_secs(55) && grant.remaining <= LONG);
     assert!(store.lease_tranche(f.tranche, &b, tb, LONG, 10).await.unwrap().is_none());
     assert!(store.due_tranches(10).await.unwrap().is_empty(), "a leased tranche is not due");

@@ -99,6 +99,10 @@ pub trait QueryStore: Send + Sync {
     /// How many of the tranches holding a job's requests are in each state.
     async fn job_tranche_counts(&self, id: JobId) -> StoreResult<Vec<(TrancheState, u64)>>;
 
+    /// The tranches holding a job's requests that still have work left, oldest first: what
+    /// `status` shows waiting or leased. Costs the job's tranches, not its requests.
+    async fn job_unfinished_tranches(&self, id: JobId) -> StoreResult<Vec<TrancheRecord>>;
+
     /// File counts over the tranches that hold a job's requests.
     async fn job_file_counts(&self, id: JobId) -> StoreResult<FileCounts>;
 

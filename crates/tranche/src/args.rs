@@ -4,7 +4,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use tranche_core::{Endpoint, ProviderKind};
+use tranche_app::{EngineSettings, ProviderOptions};
+use tranche_core::{Endpoint, JobSettings, ProviderKind};
 
 /// tranche: a durable pipeline for LLM batch APIs.
 #[derive(Debug, Parser)]
@@ -129,11 +130,12 @@ pub struct EngineArgs {
     #[arg(long)]
     pub poll_interval: Option<f64>,
     /// A batch goes out once this many requests of one provider + endpoint + model wait...
-    #[arg(long, default_value_t = 1)]
-    pub min_batch_size: usize,
-    /// ...or once the oldest has waited this many seconds.
-    #[arg(long, default_value_t = 0.0)]
-    pub max_wait: f64,
+    /// [default: 1]
+    #[arg(long)]
+    pub min_batch_size: Option<usize>,
+    /// ...or once the oldest has waited this many seconds [default: 0].
+    #[arg(long)]
+    pub max_wait: Option<f64>,
     /// Enqueued-token budget for one model, as MODEL=TOKENS (repeatable).
     #[arg(long = "token-budget", value_name = "MODEL=TOKENS")]
     pub token_budgets: Vec<String>,
@@ -254,4 +256,72 @@ fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
         let known: Vec<_> = Endpoint::ALL.iter().map(|e| e.as_str()).collect();
         format!("unknown endpoint `{s}` (expected one of {})", known.join(", "))
     })
+}
+
+impl EngineArgs {
+    /// The engine settings these flags set (the top layer over environment, file and
+    /// defaults).
+    pub fn settings(&self, provider: &ProviderArgs) -> Result<EngineSettings, String> {
+        let mut budgets = std::collections::BTreeMap::new();
+        for entry in &self.token_budgets {
+            let (model, tokens) = entry
+                .rsplit_once('=')
+                .and_then(|(model, tokens)| {
+                    Some((model.trim(), tokens.trim().parse::<u64>().ok()?))
+                })
+                .filter(|(model, _)| !model.is_empty())
+                .ok_or_else(|| format!("--token-budget takes MODEL=TOKENS, got `{entry}`"))?;
+            budgets.insert(model.to_owned(), tokens);
+        }
+        Ok(EngineSettings {
+            poll_interval: self.poll_interval,
+            min_batch_size: self.min_batch_size,
+            max_wait: self.max_wait,
+            max_batch_requests: self.max_batch_requests,
+            max_batch_bytes: self.max_batch_bytes,
+            token_budgets: budgets,
+            default_token_budget: self.default_token_budget,
+            lease: self.lease,
+            max_attempts: None,
+            file_expires_after: provider.file_expires_after,
+        })
+    }
+}
+
+impl ProviderArgs {
+    /// No provider flags at all (commands that call no provider).
+    pub fn none() -> Self {
+        Self {
+            base_url: None,
+            azure_endpoint: None,
+            azure_api_version: None,
+            anthropic_base_url: None,
+            file_expires_after: None,
+        }
+    }
+
+    /// Where the providers are reached; `file_expires_after` comes from the layered settings.
+    pub fn options(&self, file_expires_after: Option<u64>) -> ProviderOptions {
+        ProviderOptions {
+            base_url: self.base_url.clone(),
+            azure_endpoint: self.azure_endpoint.clone(),
+            azure_api_version: self.azure_api_version.clone(),
+            anthropic_base_url: self.anthropic_base_url.clone(),
+            file_expires_after,
+        }
+    }
+}
+
+impl InputArgs {
+    /// What the flags ask of a job.
+    pub fn job_settings(&self) -> JobSettings {
+        JobSettings {
+            task: self.task.clone(),
+            version: Some(self.task_version.clone()),
+            endpoint: self.endpoint(),
+            model: self.model.clone(),
+            max_attempts: self.max_attempts,
+            tenant: self.tenant.clone(),
+        }
+    }
 }

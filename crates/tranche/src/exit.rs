@@ -37,14 +37,15 @@ impl From<anyhow::Error> for Exit {
     }
 }
 
-impl From<tranche_store::StoreError> for Exit {
-    fn from(error: tranche_store::StoreError) -> Self {
-        Self { code: 1, error: error.into() }
+impl From<tranche_app::AppError> for Exit {
+    fn from(error: tranche_app::AppError) -> Self {
+        let code = if error.is_usage() { USAGE } else { 1 };
+        Self { code, error: error.into() }
     }
 }
 
-impl From<tranche_engine::EngineError> for Exit {
-    fn from(error: tranche_engine::EngineError) -> Self {
+impl From<tranche_app::EngineError> for Exit {
+    fn from(error: tranche_app::EngineError) -> Self {
         Self { code: 1, error: error.into() }
     }
 }

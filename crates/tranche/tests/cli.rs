@@ -522,3 +522,60 @@ fn api_keys_never_reach_logs_or_the_store() {
     }
     assert!(files >= 2, "checked the store and raw results");
 }
+
+/// Engine settings come in layers: `tranche.toml` in the data folder, then `TRANCHE_*` in the
+/// environment, then flags; the job records its tenant.
+#[test]
+fn engine_settings_layer_file_environment_and_flags() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    std::fs::create_dir_all(env.path("state")).unwrap();
+    std::fs::write(env.path("state/tranche.toml"), "max_batch_requests = 10\npoll_interval = 0.1\n")
+        .unwrap();
+    let input = env.write("input.jsonl", &tranche_lines(60));
+    let run = |extra_env: &[(&str, &str)], flags: &[&str]| -> Value {
+        let mut cmd = env.tranche();
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let out = cmd
+            .args(["run", input.to_str().unwrap(), "--task", "t", "--json"])
+            .args(["--base-url", &sim.openai, "--tenant", "acme"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let tranches = |status: &Value| status["tranches"]["done"].as_u64().unwrap();
+    // 20 + 40 requests over two models: 10 per batch from the file...
+    let from_file = run(&[], &[]);
+    assert_eq!(tranches(&from_file), 6, "{from_file}");
+    assert_eq!(from_file["tenant"], "acme");
+    // ...20 from the environment, over the file (the first job's answers are reused, so a
+    // new version runs)...
+    let from_env = run(&[("TRANCHE_MAX_BATCH_REQUESTS", "20")], &["--version", "v2"]);
+    assert_eq!(tranches(&from_env), 3, "{from_env}");
+    // ...and 40 from the flag, over both.
+    let from_flag = run(
+        &[("TRANCHE_MAX_BATCH_REQUESTS", "20")],
+        &["--version", "v3", "--max-batch-requests", "40"],
+    );
+    assert_eq!(tranches(&from_flag), 2, "{from_flag}");
+}
+
+#[test]
+fn a_mistyped_setting_in_the_configuration_file_is_refused_by_name() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.path("state")).unwrap();
+    std::fs::write(env.path("state/tranche.toml"), "max_batch_request = 10\n").unwrap();
+    let input = env.write("input.jsonl", &tranche_lines(2));
+    let out = env
+        .tranche()
+        .args(["run", input.to_str().unwrap(), "--task", "t", "--base-url", "http://127.0.0.1:9/v1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("max_batch_request") && stderr.contains("tranche.toml"), "{stderr}");
+}

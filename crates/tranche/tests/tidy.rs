@@ -100,3 +100,19 @@ fn the_engine_depends_on_no_store_backend() {
         assert!(!dependencies.contains(backend), "the engine depends on `{backend}`");
     }
 }
+
+/// ARCHITECTURE.md: the CLI goes through the application layer, never the store.
+#[test]
+fn the_cli_goes_through_the_application_layer() {
+    let manifest = std::fs::read_to_string(workspace().join("crates/tranche/Cargo.toml")).unwrap();
+    for store in ["tranche-store", "tranche-store-sqlite", "sqlx"] {
+        assert!(!manifest.contains(&format!("\n{store}.")), "the CLI depends on `{store}`");
+    }
+    let mut files = Vec::new();
+    rust_files(&workspace().join("crates/tranche/src"), &mut files);
+    let offenders: Vec<_> = files
+        .into_iter()
+        .filter(|path| std::fs::read_to_string(path).unwrap().contains("tranche_store"))
+        .collect();
+    assert!(offenders.is_empty(), "the CLI uses the store: {offenders:#?}");
+}

@@ -3,35 +3,35 @@
 use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
-use tranche_engine::Until;
+use tranche_app::Until;
 
 use crate::args::{CancelArgs, Global};
-use crate::commands::status::find_job;
 use crate::context;
 use crate::exit::{CmdResult, Exit};
 use crate::render;
 
 pub async fn run(global: &Global, args: CancelArgs) -> CmdResult {
-    let store = context::open_store(global).await?;
-    let job = find_job(&*store, &args.job).await?;
+    let app = context::open_app(global).await?;
+    let job = app.find_job(&args.job).await?;
     let id = job.id;
-    if job.state.is_terminal() {
-        return Err(Exit::usage(anyhow::anyhow!("job {id} has already ended ({})", job.state)));
-    }
-    let engine = context::engine(global, &args.provider, Some(job.provider), &args.engine).await?;
-    let cancelled = engine.cancel_job(id).await?;
-    tracing::info!(job = %id, cancelled, "cancel recorded");
-    if !args.no_wait {
+    if args.no_wait {
+        // Recording the cancel calls no provider; a worker carries it out.
+        let engine = context::recording_engine(&app, global)?;
+        let cancelled = app.cancel(&engine, &job).await?;
+        tracing::info!(job = %id, cancelled, "cancel recorded");
+    } else {
+        let engine =
+            context::engine(&app, global, &args.provider, Some(job.provider), &args.engine)?;
+        let cancelled = app.cancel(&engine, &job).await?;
+        tracing::info!(job = %id, cancelled, "cancel recorded");
         engine.drive(Until::JobEnds(id), &CancellationToken::new(), || {}).await?;
     }
-    let job = engine
-        .store()
-        .job(id)
-        .await?
-        .ok_or_else(|| Exit::from(anyhow::anyhow!("the job vanished from the store")))?;
-    let status = render::job_status(engine.store(), &job).await?;
+    let job = app.job(id).await?;
     if args.json {
-        render::println(&status.to_string());
+        let status = app.status(&job).await?;
+        let text =
+            serde_json::to_string(&status).map_err(|e| Exit::from(anyhow::Error::from(e)))?;
+        render::println(&text);
     } else {
         render::println(&format!("job {id}: {}", job.state));
     }

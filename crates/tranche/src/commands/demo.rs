@@ -6,14 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use secrecy::SecretString;
-use tranche_engine::{Engine, EngineConfig, Providers};
+use tranche_app::{App, EngineConfig, Providers};
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_sim::{LineFault, LineFaultKind, ProcessingConfig, SimConfig, Simulator};
-use tranche_store::Store;
-use tranche_store_sqlite::SqliteStore;
 
 use crate::args::{DemoArgs, Global, InputArgs};
-use crate::commands::run::{drive_job, submit_file, write_results_file};
+use crate::commands::run::drive_job;
 use crate::demo_data::sample_lines;
 use crate::exit::{CmdResult, Exit};
 use crate::render;
@@ -45,15 +43,13 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     openai.base_url = sim.openai_base_url();
     let provider = OpenAiProvider::new(openai, http_client().context("building the HTTP client")?)
         .context("configuring the provider")?;
-    let store = SqliteStore::open(&dir.join("tranche.db").to_string_lossy())
-        .await
-        .map(|s| Arc::new(s) as Arc<dyn Store>)?;
+    let app = App::open(&dir.join("tranche.db").to_string_lossy()).await?;
     let config = EngineConfig {
         poll_interval: Duration::from_millis(250),
         retry_backoff: Duration::from_millis(500),
         ..EngineConfig::in_dir(&dir)
     };
-    let engine = Engine::new(store, Providers::new().with(Arc::new(provider)), config);
+    let engine = app.engine(Providers::new().with(Arc::new(provider)), config);
 
     let input = dir.join("input.jsonl");
     std::fs::write(&input, sample_lines(args.requests))
@@ -67,7 +63,8 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
         tenant: None,
         max_attempts: None,
     };
-    let submitted = submit_file(&engine, &input, &input_args).await?;
+    let settings = input_args.job_settings();
+    let submitted = app.submit_file(&engine, &input, input_args.provider, settings).await?;
     render::println(&format!(
         "job {} accepted: {} requests from {}",
         submitted.job_id,
@@ -75,10 +72,10 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
         input.display()
     ));
 
-    let job = drive_job(&engine, submitted).await?;
+    let job = drive_job(&app, &engine, submitted).await?;
     let results = dir.join("results.jsonl");
-    write_results_file(engine.store(), &job, &results).await?;
-    let table = render::summary_table(engine.store(), &job, started.elapsed()).await?;
+    app.export_to(job.id, &results).await?;
+    let table = render::summary_table(&app, &job, started.elapsed()).await?;
     render::println(&table.to_string());
     let stats = sim.stats();
     render::println(&format!(
@@ -87,7 +84,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     ));
     render::println(&format!("results: {}", results.display()));
     render::println(&format!("state:   {}", dir.display()));
-    engine.store().close().await;
+    app.close().await;
     sim.shutdown().await;
     if job.state.is_terminal() {
         Ok(ExitCode::SUCCESS)

@@ -3,35 +3,26 @@
 use std::process::ExitCode;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
-use tranche_core::JobId;
-use tranche_store::{JobRecord, Store};
 
 use crate::args::{Global, StatusArgs};
 use crate::context;
 use crate::exit::{CmdResult, Exit};
 use crate::render;
 
-pub fn parse_job(text: &str) -> Result<JobId, Exit> {
-    text.parse::<JobId>()
-        .map_err(|e| Exit::usage(anyhow::anyhow!("{e} (job ids look like job_0195…)")))
-}
-
-/// The stored job a command-line argument names; a usage error when there is none.
-pub async fn find_job(store: &dyn Store, text: &str) -> Result<JobRecord, Exit> {
-    let id = parse_job(text)?;
-    store.job(id).await?.ok_or_else(|| Exit::usage(anyhow::anyhow!("no job {id} in this store")))
+fn to_json(value: &impl serde::Serialize) -> Result<String, Exit> {
+    serde_json::to_string(value).map_err(|e| Exit::from(anyhow::Error::from(e)))
 }
 
 pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
-    let store = context::open_store(global).await?;
+    let app = context::open_app(global).await?;
     let Some(job) = args.job else {
-        let jobs = store.recent_jobs(20).await?;
+        let jobs = app.recent_jobs(20).await?;
         if args.json {
             let mut all = Vec::new();
-            for job in &jobs {
-                all.push(render::job_status(&*store, job).await?);
+            for row in &jobs {
+                all.push(app.status(&row.job).await?);
             }
-            render::println(&serde_json::Value::Array(all).to_string());
+            render::println(&to_json(&all)?);
             return Ok(ExitCode::SUCCESS);
         }
         let mut table = Table::new();
@@ -46,26 +37,25 @@ pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
             "pending",
             "source",
         ]);
-        for job in &jobs {
-            let counts = store.job_counts(job.id).await?;
+        for row in &jobs {
             table.add_row(vec![
-                job.id.to_string(),
-                job.state.to_string(),
-                job.provider.to_string(),
-                counts.accepted.to_string(),
-                counts.succeeded.to_string(),
-                counts.failed.to_string(),
-                counts.open().to_string(),
-                job.source.clone().unwrap_or_default(),
+                row.job.id.to_string(),
+                row.job.state.to_string(),
+                row.job.provider.to_string(),
+                row.counts.accepted.to_string(),
+                row.counts.succeeded.to_string(),
+                row.counts.failed.to_string(),
+                row.counts.pending.to_string(),
+                row.job.source.clone().unwrap_or_default(),
             ]);
         }
         render::println(&table.to_string());
         return Ok(ExitCode::SUCCESS);
     };
-    let job = find_job(&*store, &job).await?;
-    let status = render::job_status(&*store, &job).await?;
+    let job = app.find_job(&job).await?;
+    let status = app.status(&job).await?;
     if args.json {
-        render::println(&status.to_string());
+        render::println(&to_json(&status)?);
     } else {
         render::println(&serde_json::to_string_pretty(&status).unwrap_or_default());
     }

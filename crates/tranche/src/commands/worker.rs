@@ -3,14 +3,15 @@
 use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
-use tranche_engine::Until;
+use tranche_app::Until;
 
 use crate::args::{Global, WorkerArgs};
 use crate::context;
 use crate::exit::CmdResult;
 
 pub async fn run(global: &Global, args: WorkerArgs) -> CmdResult {
-    let engine = context::engine(global, &args.provider, None, &args.engine).await?;
+    let app = context::open_app(global).await?;
+    let engine = context::engine(&app, global, &args.provider, None, &args.engine)?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {

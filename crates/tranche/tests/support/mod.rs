@@ -82,6 +82,15 @@ impl Env {
         let mut cmd = Command::new(BIN);
         cmd.env("TRANCHE_DATA_DIR", self.path("state"))
             .env_remove("TRANCHE_DATABASE_URL")
+            .env_remove("TRANCHE_CONFIG");
+        // Engine settings from the developer's environment must not leak into a test.
+        for key in ["POLL_INTERVAL", "MIN_BATCH_SIZE", "MAX_WAIT", "MAX_BATCH_REQUESTS"] {
+            cmd.env_remove(format!("TRANCHE_{key}"));
+        }
+        for key in ["MAX_BATCH_BYTES", "DEFAULT_TOKEN_BUDGET", "LEASE", "MAX_ATTEMPTS"] {
+            cmd.env_remove(format!("TRANCHE_{key}"));
+        }
+        cmd.env_remove("TRANCHE_FILE_EXPIRES_AFTER")
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OPENAI_API_VERSION")
             .env_remove("AZURE_OPENAI_ENDPOINT")

@@ -1,0 +1,233 @@
+//! Engine configuration: how a deployment runs, the same for every engine of it. Layered, each
+//! layer over the next: flags > environment (`TRANCHE_POLL_INTERVAL`, ...) > `tranche.toml` (in
+//! the data folder, or the file `TRANCHE_CONFIG` names) > defaults.
+//!
+//! What a job asks for is not here: that is `JobSettings`, stored with the job. Nothing here
+//! is secret (keys come from the providers' own environment variables), and none of it is
+//! logged.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use tranche_engine::EngineConfig;
+
+use crate::error::AppError;
+
+/// The file a deployment's engines read, unless `TRANCHE_CONFIG` names another.
+pub const CONFIG_FILE: &str = "tranche.toml";
+
+/// The environment variable that names the configuration file.
+pub const CONFIG_ENV: &str = "TRANCHE_CONFIG";
+
+/// Engine settings as a layer gives them: each field set or not. Keys are the same in
+/// `tranche.toml`, in the environment (upper case, `TRANCHE_` before them) and as flags
+/// (`--poll-interval`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    /// Seconds between two polls of a running batch [default: 30; 60 for Azure and
+    /// Anthropic]; when set, it holds for every provider.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_interval: Option<f64>,
+    /// A batch goes out once this many requests of one provider, endpoint and model wait...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_batch_size: Option<usize>,
+    /// ...or once the oldest has waited this many seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_wait: Option<f64>,
+    /// At most this many requests per batch (the provider's own limit is the ceiling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_batch_requests: Option<usize>,
+    /// At most this many bytes of input per batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_batch_bytes: Option<u64>,
+    /// Enqueued-token budget per model.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub token_budgets: BTreeMap<String, u64>,
+    /// Enqueued-token budget for models without their own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_token_budget: Option<u64>,
+    /// Seconds a lease on a step or on planning lasts unless renewed [default: 60].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<f64>,
+    /// How many times a request is sent at most, for jobs that do not say [default: 3].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// Seconds an uploaded input file lives at the provider before it expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_expires_after: Option<u64>,
+}
+
+/// The keys the environment may set, each as `TRANCHE_<KEY>`.
+const ENV_KEYS: [&str; 9] = [
+    "poll_interval",
+    "min_batch_size",
+    "max_wait",
+    "max_batch_requests",
+    "max_batch_bytes",
+    "default_token_budget",
+    "lease",
+    "max_attempts",
+    "file_expires_after",
+];
+
+/// Where the configuration file is: the one `TRANCHE_CONFIG` names, else `tranche.toml` in the
+/// data folder. The second is optional; a file `TRANCHE_CONFIG` names must exist.
+pub fn config_file(data_dir: &Path) -> (PathBuf, bool) {
+    match std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => (PathBuf::from(path), true),
+        None => (data_dir.join(CONFIG_FILE), false),
+    }
+}
+
+impl EngineSettings {
+    /// The settings in force: `flags` over the environment over the file over defaults.
+    pub fn layered(data_dir: &Path, flags: &EngineSettings) -> Result<Self, AppError> {
+        let (file, required) = config_file(data_dir);
+        let mut figment = Figment::new();
+        if file.is_file() {
+            figment = figment.merge(Toml::file_exact(&file));
+        } else if required {
+            return Err(AppError::Config(format!(
+                "{CONFIG_ENV} names `{}`, which is not a file",
+                file.display()
+            )));
+        }
+        figment = figment
+            .merge(Env::prefixed("TRANCHE_").only(&ENV_KEYS))
+            .merge(Serialized::defaults(flags));
+        figment.extract().map_err(|e| {
+            AppError::Config(format!("engine configuration ({}): {e}", file.display()))
+        })
+    }
+
+    /// The engine configuration these settings make, for a deployment whose files live in
+    /// `data_dir`.
+    pub fn engine_config(&self, data_dir: &Path) -> Result<EngineConfig, AppError> {
+        let mut config = EngineConfig::in_dir(data_dir);
+        if let Some(poll) = self.poll_interval {
+            let poll = seconds("poll_interval", poll, false)?;
+            config.poll_interval = poll;
+            config.provider_poll_intervals.clear();
+            config.retry_backoff = poll.min(config.retry_backoff);
+        }
+        if let Some(n) = self.min_batch_size {
+            config.min_batch_size = n.max(1);
+        }
+        if let Some(wait) = self.max_wait {
+            config.max_wait = seconds("max_wait", wait, true)?;
+        }
+        config.max_batch_requests = self.max_batch_requests;
+        config.max_batch_bytes = self.max_batch_bytes;
+        config.token_budgets = self.token_budgets.clone();
+        config.default_token_budget = self.default_token_budget;
+        if let Some(lease) = self.lease {
+            config.lease = seconds("lease", lease, false)?;
+        }
+        if let Some(n) = self.max_attempts {
+            if n == 0 {
+                return Err(AppError::Config("max_attempts must be at least 1".to_owned()));
+            }
+            config.max_attempts = n;
+        }
+        Ok(config)
+    }
+}
+
+fn seconds(key: &str, value: f64, allow_zero: bool) -> Result<Duration, AppError> {
+    Duration::try_from_secs_f64(value).ok().filter(|d| allow_zero || !d.is_zero()).ok_or_else(
+        || {
+            AppError::Config(format!(
+                "{key} must be a {} number of seconds, not {value}",
+                if allow_zero { "non-negative" } else { "positive" }
+            ))
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::result_large_err, reason = "figment's Jail returns its own error type")]
+
+    use figment::Jail;
+
+    use super::*;
+
+    fn layered(jail: &Jail, flags: &EngineSettings) -> EngineSettings {
+        EngineSettings::layered(jail.directory(), flags).unwrap()
+    }
+
+    #[test]
+    fn flags_win_over_the_environment_over_the_file_over_defaults() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            assert_eq!(layered(jail, &EngineSettings::default()), EngineSettings::default());
+            jail.create_file(
+                CONFIG_FILE,
+                "poll_interval = 7.5\nmin_batch_size = 100\nlease = 20\n\n[token_budgets]\n\"gpt-4o-mini\" = 5000\n",
+            )?;
+            let file = layered(jail, &EngineSettings::default());
+            assert_eq!(
+                (file.poll_interval, file.min_batch_size, file.lease),
+                (Some(7.5), Some(100), Some(20.0))
+            );
+            assert_eq!(file.token_budgets.get("gpt-4o-mini"), Some(&5000));
+            jail.set_env("TRANCHE_MIN_BATCH_SIZE", "50");
+            jail.set_env("TRANCHE_LEASE", "30");
+            let env = layered(jail, &EngineSettings::default());
+            assert_eq!(
+                (env.poll_interval, env.min_batch_size, env.lease),
+                (Some(7.5), Some(50), Some(30.0))
+            );
+            let flags = EngineSettings { lease: Some(2.0), ..EngineSettings::default() };
+            let all = layered(jail, &flags);
+            assert_eq!(
+                (all.poll_interval, all.min_batch_size, all.lease),
+                (Some(7.5), Some(50), Some(2.0))
+            );
+            let config = all.engine_config(jail.directory()).unwrap();
+            assert_eq!(config.poll_interval, Duration::from_millis(7_500));
+            assert!(config.provider_poll_intervals.is_empty(), "one interval for every provider");
+            assert_eq!((config.min_batch_size, config.lease), (50, Duration::from_secs(2)));
+            assert_eq!(config.token_budget("gpt-4o-mini"), Some(5000));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_file_named_by_tranche_config_is_read_and_must_exist() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file("elsewhere.toml", "max_wait = 600\n")?;
+            let path = jail.directory().join("elsewhere.toml");
+            jail.set_env(CONFIG_ENV, path.display());
+            let settings = layered(jail, &EngineSettings::default());
+            assert_eq!(settings.max_wait, Some(600.0));
+            jail.set_env(CONFIG_ENV, jail.directory().join("missing.toml").display());
+            let err = EngineSettings::layered(jail.directory(), &EngineSettings::default());
+            assert!(err.unwrap_err().to_string().contains("missing.toml"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_mistyped_key_or_a_bad_value_is_a_clear_error() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file(CONFIG_FILE, "pol_interval = 5\n")?;
+            let err = EngineSettings::layered(jail.directory(), &EngineSettings::default());
+            let text = err.unwrap_err().to_string();
+            assert!(text.contains("pol_interval") && text.contains(CONFIG_FILE), "{text}");
+            jail.create_file(CONFIG_FILE, "lease = 0\n")?;
+            let settings = layered(jail, &EngineSettings::default());
+            let err = settings.engine_config(jail.directory()).unwrap_err();
+            assert!(err.to_string().contains("lease must be a positive number"), "{err}");
+            assert!(err.is_usage());
+            Ok(())
+        });
+    }
+}

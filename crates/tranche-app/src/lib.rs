@@ -1,0 +1,200 @@
+//! tranche's application layer: the use cases the CLI and the HTTP server share (submit, views,
+//! export, cancel) and the deployment's layered configuration. Callers go through [`App`];
+//! only this crate and the engine touch the store, and only through its traits.
+
+mod config;
+mod error;
+mod export;
+mod providers;
+mod views;
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::io::BufReader;
+use tranche_core::{JobId, JobSettings, JobState, ProviderKind};
+use tranche_store::{JobRecord, Store};
+use tranche_store_sqlite::SqliteStore;
+
+pub use config::{CONFIG_ENV, CONFIG_FILE, EngineSettings, config_file};
+pub use error::AppError;
+pub use providers::{ProviderOptions, provider, providers};
+pub use tranche_engine::{Engine, EngineConfig, EngineError, Providers, Submitted, Until};
+pub use tranche_store::JobRecord as Job;
+pub use views::{
+    CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Waiting, upstream_text,
+};
+
+/// The use cases over one store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct App {
+    store: Arc<dyn Store>,
+}
+
+impl App {
+    /// Opens the store at `database` (a SQLite file path or `sqlite:` URL), creating it and
+    /// bringing its schema up to date.
+    pub async fn open(database: &str) -> Result<Self, AppError> {
+        let store = SqliteStore::open(database).await?;
+        Ok(Self { store: Arc::new(store) })
+    }
+
+    /// An engine over this store.
+    pub fn engine(&self, providers: Providers, config: EngineConfig) -> Engine {
+        Engine::new(Arc::clone(&self.store), providers, config)
+    }
+
+    /// Closes the store (SQLite checkpoints its log).
+    pub async fn close(&self) {
+        self.store.close().await;
+    }
+
+    /// Accepts the JSONL file at `path` as one job, or refuses it whole. Needs no provider
+    /// credentials: encoding lines is pure.
+    pub async fn submit_file(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        provider: ProviderKind,
+        settings: JobSettings,
+    ) -> Result<Submitted, AppError> {
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|source| AppError::Read { path: path.to_owned(), source })?;
+        let source = Some(path.display().to_string());
+        engine
+            .submit(BufReader::new(file), provider, settings, source)
+            .await
+            .map_err(|e| AppError::from_submit(e, Some(path.to_owned())))
+    }
+
+    /// The job a caller names (`job_…`).
+    pub async fn find_job(&self, text: &str) -> Result<JobRecord, AppError> {
+        let id = text.parse::<JobId>().map_err(|_| AppError::BadJobId(text.to_owned()))?;
+        self.job(id).await
+    }
+
+    pub async fn job(&self, id: JobId) -> Result<JobRecord, AppError> {
+        self.store.job(id).await?.ok_or(AppError::NoSuchJob(id))
+    }
+
+    /// The newest jobs first, with their counts.
+    pub async fn recent_jobs(&self, limit: u32) -> Result<Vec<JobRow>, AppError> {
+        let mut rows = Vec::new();
+        for job in self.store.recent_jobs(limit).await? {
+            let counts = self.store.job_counts(job.id).await?.into();
+            rows.push(JobRow { job, counts });
+        }
+        Ok(rows)
+    }
+
+    /// The status object of one job.
+    pub async fn status(&self, job: &JobRecord) -> Result<JobStatus, AppError> {
+        let store = &*self.store;
+        let tranches = store
+            .job_tranche_counts(job.id)
+            .await?
+            .into_iter()
+            .map(|(state, n)| (state.as_str().to_owned(), n))
+            .collect();
+        let unfinished = store.job_unfinished_tranches(job.id).await?;
+        let leases = unfinished
+            .iter()
+            .filter_map(|t| {
+                Some(Leased {
+                    tranche_id: t.id.to_string(),
+                    state: t.state,
+                    engine: t.lease_owner.as_ref()?.as_str().to_owned(),
+                    lease_expires_at_ms: t.lease_expires_at,
+                })
+            })
+            .collect();
+        let waiting = unfinished
+            .into_iter()
+            .filter_map(|t| {
+                Some(Waiting {
+                    tranche_id: t.id.to_string(),
+                    state: t.state,
+                    not_before: t.not_before,
+                    reason: t.last_error?,
+                })
+            })
+            .collect();
+        Ok(JobStatus {
+            job_id: job.id.to_string(),
+            state: job.state,
+            provider: job.provider.as_str().to_owned(),
+            tenant: job.settings.tenant.clone(),
+            source: job.source.clone(),
+            created_at: job.created_at,
+            finished_at: job.finished_at,
+            counts: store.job_counts(job.id).await?.into(),
+            tranches,
+            tokens: store.job_tokens(job.id).await?,
+            files: store.job_file_counts(job.id).await?,
+            error: job.last_error.clone(),
+            waiting,
+            leases,
+        })
+    }
+
+    /// How far a running job has come.
+    pub async fn progress(&self, job: JobId) -> Result<Progress, AppError> {
+        let counts = self.store.job_counts(job).await?;
+        Ok(Progress {
+            done: counts.succeeded + counts.failed + counts.cancelled,
+            tranches: self.store.job_tranche_counts(job).await?,
+        })
+    }
+
+    /// What a job did.
+    pub async fn summary(&self, job: JobId) -> Result<Summary, AppError> {
+        Ok(Summary {
+            counts: self.store.job_counts(job).await?.into(),
+            tranches: self.store.job_tranche_counts(job).await?.iter().map(|(_, n)| n).sum(),
+            tokens: self.store.job_tokens(job).await?,
+            files: self.store.job_file_counts(job).await?,
+        })
+    }
+
+    /// How a job ended.
+    pub async fn outcome(&self, job: &JobRecord) -> Result<Outcome, AppError> {
+        if job.state == JobState::Failed {
+            let error = job.last_error.clone().unwrap_or_default();
+            return Ok(Outcome::Stopped(error));
+        }
+        let counts = self.store.job_counts(job.id).await?;
+        Ok(if counts.failed > 0 || counts.cancelled > 0 {
+            Outcome::SomeFailed
+        } else {
+            Outcome::Succeeded
+        })
+    }
+
+    /// Writes a job's results to `out`, one JSON line per request in input order. Returns how
+    /// many lines.
+    pub async fn export(&self, job: JobId, out: &mut dyn Write) -> Result<u64, AppError> {
+        export::write_results(&*self.store, job, out)
+            .await
+            .map_err(|source| AppError::Write { path: "results".into(), source })
+    }
+
+    /// Writes a job's results to the file at `path`.
+    pub async fn export_to(&self, job: JobId, path: &Path) -> Result<u64, AppError> {
+        let write_error = |source| AppError::Write { path: path.to_owned(), source };
+        let file = std::fs::File::create(path).map_err(write_error)?;
+        let mut out = std::io::BufWriter::new(file);
+        export::write_results(&*self.store, job, &mut out).await.map_err(write_error)
+    }
+
+    /// Cancels a job that has not ended: its waiting requests at once, its own batches at the
+    /// provider (which `engine` then carries out), its share of shared batches detached.
+    /// Returns how many requests were cancelled at once.
+    pub async fn cancel(&self, engine: &Engine, job: &JobRecord) -> Result<u64, AppError> {
+        if job.state.is_terminal() {
+            return Err(AppError::JobEnded { id: job.id, state: job.state });
+        }
+        Ok(engine.cancel_job(job.id).await?)
+    }
+}
