@@ -6,64 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use secrecy::SecretString;
 use tranche_core::{JobId, JobSettings, JobState, ProviderKind, RequestState};
-use tranche_engine::{Engine, EngineConfig, Providers, SubmitError};
-use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
-use tranche_sim::{SimConfig, SimHandle, Simulator};
-use tranche_store::Store;
-use tranche_store_sqlite::SqliteStore;
+use tranche_engine::{Engine, SubmitError};
+use tranche_sim::{SimConfig, Simulator};
+use tranche_test_support::harness::{Harness, keyed_lines, submit};
 
-struct Setup {
-    dir: tempfile::TempDir,
-    sim: SimHandle,
-}
-
-impl Setup {
-    async fn new() -> Setup {
-        let sim = Simulator::spawn(SimConfig { speed: 0.0, ..SimConfig::default() }).await.unwrap();
-        Setup { dir: tempfile::tempdir().unwrap(), sim }
-    }
-
-    /// A fresh engine over the same store and folders, as after a restart.
-    async fn engine(&self, max_batch_requests: Option<usize>) -> Engine {
-        self.engine_with(|c| c.max_batch_requests = max_batch_requests).await
-    }
-
-    async fn engine_with(&self, tune: impl FnOnce(&mut EngineConfig)) -> Engine {
-        let store = SqliteStore::open(&self.dir.path().join("t.db").to_string_lossy())
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn Store>)
-            .unwrap();
-        let mut config = OpenAiConfig::new(SecretString::from("sk-test"));
-        config.base_url = self.sim.openai_base_url();
-        let provider = OpenAiProvider::new(config, http_client().unwrap()).unwrap();
-        let mut engine_config = EngineConfig {
-            poll_interval: Duration::ZERO,
-            retry_backoff: Duration::ZERO,
-            ..EngineConfig::in_dir(self.dir.path())
-        };
-        engine_config.provider_poll_intervals.clear();
-        tune(&mut engine_config);
-        Engine::new(store, Providers::new().with(Arc::new(provider)), engine_config)
-    }
-}
+/// The simulator and data folder a test's engines share.
+type Setup = Harness;
 
 fn lines(n: usize) -> String {
-    (0..n)
-        .map(|i| {
-            let model = if i % 2 == 0 { "gpt-4o-mini" } else { "gpt-4.1-mini" };
-            format!(
-                "{}\n",
-                serde_json::json!({"key": format!("k{i}"), "body": {"model": model, "messages": [{"role": "user", "content": format!("k{i} question")}]}})
-            )
-        })
-        .collect()
-}
-
-async fn submit(engine: &Engine, text: &str) -> JobId {
-    let settings = JobSettings { task: Some("t".into()), ..JobSettings::default() };
-    engine.submit(text.as_bytes(), ProviderKind::Openai, settings, None).await.unwrap().job_id
+    keyed_lines(n)
 }
 
 #[tokio::test]
@@ -534,20 +486,7 @@ async fn an_engine_steps_only_tranches_of_its_own_account() {
     ours.tick().await.unwrap();
     let elsewhere =
         Simulator::spawn(SimConfig { speed: 0.0, ..SimConfig::default() }).await.unwrap();
-    let theirs = {
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&setup.dir.path().join("t.db").to_string_lossy()).await.unwrap(),
-        );
-        let mut config = OpenAiConfig::new(SecretString::from("sk-test"));
-        config.base_url = elsewhere.openai_base_url();
-        let provider = OpenAiProvider::new(config, http_client().unwrap()).unwrap();
-        let engine_config = EngineConfig {
-            poll_interval: Duration::ZERO,
-            retry_backoff: Duration::ZERO,
-            ..EngineConfig::in_dir(setup.dir.path())
-        };
-        Engine::new(store, Providers::new().with(Arc::new(provider)), engine_config)
-    };
+    let theirs = setup.engine_at(elsewhere.openai_base_url(), |_| {}).await;
     let before = ours.store().job_tranche_counts(job).await.unwrap();
     for _ in 0..5 {
         theirs.tick().await.unwrap();

@@ -3,103 +3,36 @@
 
 #![cfg(test)]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use secrecy::SecretString;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tranche_core::{Endpoint, TrancheId};
 use tranche_providers::{
     BatchId, BatchInput, CreateBatch, ErrorKind, FileId, OpenAiConfig, OpenAiProvider, Provider,
     RetryPolicy, http_client,
 };
+use tranche_test_support::scripted::{Reply, Scripted, Seen};
 
 const KEY: &str = "sk-scripted-secret-0123456789";
 
-/// One canned answer: status, extra headers, body.
-type Reply = (u16, Vec<(&'static str, String)>, String);
-
-/// A server that answers each connection with the next scripted reply and records `METHOD path`.
-struct Scripted {
-    base_url: String,
-    seen: Arc<Mutex<Vec<String>>>,
-}
-
+/// A scripted server; every request it saw must carry the key.
 async fn scripted(replies: Vec<Reply>) -> Scripted {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    tokio::spawn(async move {
-        for (status, headers, body) in replies {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let head = read_request(&mut socket).await;
-            let request_line = head.lines().next().unwrap_or_default().to_owned();
-            let mut parts = request_line.split(' ');
-            let method = parts.next().unwrap_or_default();
-            let path = parts.next().unwrap_or_default();
-            log.lock().unwrap().push(format!("{method} {path}"));
-            assert!(
-                head.to_ascii_lowercase()
-                    .contains(&format!("authorization: bearer {KEY}").to_ascii_lowercase())
-            );
-            let mut response = format!(
-                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\ncontent-type: application/json\r\n",
-                body.len()
-            );
-            for (name, value) in headers {
-                response.push_str(&format!("{name}: {value}\r\n"));
-            }
-            response.push_str("\r\n");
-            response.push_str(&body);
-            socket.write_all(response.as_bytes()).await.unwrap();
-            socket.shutdown().await.ok();
-        }
-    });
-    Scripted { base_url: format!("http://{addr}/v1"), seen }
+    Scripted::start(replies).await
 }
 
-/// Reads a request head and its content-length body; returns the head.
-async fn read_request(socket: &mut tokio::net::TcpStream) -> String {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = socket.read(&mut chunk).await.unwrap();
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = find(&buf, b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse::<usize>().unwrap())
-                })
-                .unwrap_or(0);
-            while buf.len() < end + 4 + length {
-                let n = socket.read(&mut chunk).await.unwrap();
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return head;
-        }
+/// The requests `server` saw, as `METHOD path`, each checked to carry the bearer key.
+fn seen(server: &Scripted) -> Vec<String> {
+    let seen = server.seen();
+    for request in &seen {
+        let auth = request.header("authorization").unwrap_or_default();
+        assert_eq!(auth, format!("Bearer {KEY}"), "{}", request.line());
     }
-    String::from_utf8_lossy(&buf).into_owned()
+    seen.iter().map(Seen::line).collect()
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-fn provider(base_url: &str) -> OpenAiProvider {
+fn provider(root: &str) -> OpenAiProvider {
     let mut config = OpenAiConfig::new(SecretString::from(KEY));
-    config.base_url = base_url.to_owned();
+    config.base_url = format!("{root}/v1");
     OpenAiProvider::new(config, http_client().unwrap()).unwrap().with_retry_policy(RetryPolicy {
         max_attempts: 4,
         base_delay: Duration::from_millis(5),
@@ -131,7 +64,7 @@ async fn get_retries_429_and_503_then_succeeds() {
     .await;
     let batch = provider(&server.base_url).retrieve_batch(&BatchId::new("batch_1")).await.unwrap();
     assert_eq!(batch.id.as_str(), "batch_1");
-    assert_eq!(server.seen.lock().unwrap().len(), 3);
+    assert_eq!(seen(&server).len(), 3);
 }
 
 #[tokio::test]
@@ -151,7 +84,7 @@ async fn get_gives_up_after_max_attempts_with_the_last_error() {
     assert_eq!(err.status, Some(500));
     assert_eq!(err.request_id.as_deref(), Some("req_3"));
     assert!(err.retryable());
-    assert_eq!(server.seen.lock().unwrap().len(), 4);
+    assert_eq!(seen(&server).len(), 4);
 }
 
 #[tokio::test]
@@ -166,7 +99,7 @@ async fn a_long_retry_after_is_handed_to_the_caller() {
         provider(&server.base_url).retrieve_batch(&BatchId::new("batch_1")).await.unwrap_err();
     assert_eq!(err.status, Some(429));
     assert_eq!(err.retry_after, Some(Duration::from_secs(120)));
-    assert_eq!(server.seen.lock().unwrap().len(), 1);
+    assert_eq!(seen(&server).len(), 1);
 }
 
 #[tokio::test]
@@ -188,7 +121,7 @@ async fn create_is_never_retried() {
         .unwrap_err();
     assert_eq!(err.status, Some(503));
     assert!(err.retryable());
-    assert_eq!(*server.seen.lock().unwrap(), ["POST /v1/batches"]);
+    assert_eq!(seen(&server), ["POST /v1/batches"]);
 }
 
 #[tokio::test]
@@ -199,10 +132,7 @@ async fn delete_retries_then_treats_404_as_gone() {
     ])
     .await;
     provider(&server.base_url).delete_file(&FileId::new("file-9")).await.unwrap();
-    assert_eq!(
-        *server.seen.lock().unwrap(),
-        ["DELETE /v1/files/file-9", "DELETE /v1/files/file-9"]
-    );
+    assert_eq!(seen(&server), ["DELETE /v1/files/file-9", "DELETE /v1/files/file-9"]);
 }
 
 #[tokio::test]
@@ -224,15 +154,15 @@ async fn a_2xx_body_that_does_not_parse_is_a_decode_error() {
     assert_eq!(err.status, Some(200));
     assert_eq!(err.request_id.as_deref(), Some("req_d"));
     assert!(!err.retryable());
-    assert_eq!(server.seen.lock().unwrap().len(), 1);
+    assert_eq!(seen(&server).len(), 1);
 }
 
 #[tokio::test]
 async fn a_refused_connection_is_a_connect_error() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let provider = provider(&format!("http://{addr}/v1")).with_retry_policy(RetryPolicy::none());
+    let provider = provider(&format!("http://{addr}")).with_retry_policy(RetryPolicy::none());
     let err = provider.retrieve_batch(&BatchId::new("batch_1")).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Connect);
     assert!(err.retryable());

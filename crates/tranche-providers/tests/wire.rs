@@ -4,115 +4,21 @@
 
 #![cfg(test)]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use secrecy::SecretString;
 use serde_json::value::RawValue;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tranche_core::{Endpoint, TrancheId};
 use tranche_providers::{
     AnthropicConfig, AnthropicProvider, AzureAuth, AzureConfig, AzureProvider, BatchId, BatchInput,
     BatchStatus, CreateBatch, ErrorKind, FileId, Provider, RetryPolicy, http_client,
 };
+use tranche_test_support::scripted::{Reply, Scripted};
 
 const KEY: &str = "wire-secret-key-0123456789";
 
-/// One canned answer: status, extra headers, body.
-type Reply = (u16, Vec<(&'static str, String)>, String);
-
-/// One request as the server saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    target: String,
-    /// Lower-cased header names with their values.
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    fn body_text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-struct Scripted {
-    base_url: String,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Scripted {
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-/// A server that answers each connection with the next scripted reply and records the request.
 async fn scripted(replies: Vec<Reply>) -> Scripted {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = Arc::clone(&seen);
-    tokio::spawn(async move {
-        for (status, headers, body) in replies {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let request = read_request(&mut socket).await;
-            log.lock().unwrap().push(request);
-            let mut response = format!(
-                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\ncontent-type: application/json\r\n",
-                body.len()
-            );
-            for (name, value) in headers {
-                response.push_str(&format!("{name}: {value}\r\n"));
-            }
-            response.push_str("\r\n");
-            response.push_str(&body);
-            socket.write_all(response.as_bytes()).await.unwrap();
-            socket.shutdown().await.ok();
-        }
-    });
-    Scripted { base_url: format!("http://{addr}"), seen }
-}
-
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Seen {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let end = loop {
-        let n = socket.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "connection closed before the request head");
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-    let mut lines = head.lines();
-    let mut request_line = lines.next().unwrap_or_default().split(' ');
-    let method = request_line.next().unwrap_or_default().to_owned();
-    let target = request_line.next().unwrap_or_default().to_owned();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let length = headers
-        .iter()
-        .find(|(n, _)| n == "content-length")
-        .map_or(0, |(_, v)| v.parse::<usize>().unwrap());
-    while buf.len() < end + 4 + length {
-        let n = socket.read(&mut chunk).await.unwrap();
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let body = buf[end + 4..].to_vec();
-    Seen { method, target, headers, body }
+    Scripted::start(replies).await
 }
 
 fn fast() -> RetryPolicy {

@@ -1,13 +1,14 @@
 //! The real `tranche` binary against `tranche sim` on port 0, each test with a fresh store.
 
-#![expect(clippy::unwrap_used, clippy::expect_used, reason = "test helpers fail loudly")]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 mod support;
 
 use std::collections::HashMap;
 
 use serde_json::Value;
-use support::{Env, Sim, read_results, text, tranche_lines};
+use support::{Env, Sim, read_results, text};
+use tranche_test_support::inputs::{anthropic_lines, tranche_lines};
 
 #[test]
 fn run_returns_one_matched_result_per_request() {
@@ -342,19 +343,6 @@ fn demo_accounts_for_every_request() {
 }
 
 /// Tranche lines whose bodies are Anthropic Messages params.
-fn anthropic_lines(n: usize) -> String {
-    (0..n)
-        .map(|i| {
-            let line = serde_json::json!({
-                "key": format!("doc:{i}"),
-                "body": {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.",
-                         "messages": [{"role": "user", "content": format!("doc:{i} says hello")}]},
-            });
-            format!("{line}\n")
-        })
-        .collect()
-}
-
 /// Runs a 1,000-request job on one provider against `tranche sim` and checks every result.
 fn run_on(provider: &str, extra: &[&str]) {
     let sim = Sim::start(&[]);
@@ -530,8 +518,11 @@ fn engine_settings_layer_file_environment_and_flags() {
     let sim = Sim::start(&[]);
     let env = Env::new();
     std::fs::create_dir_all(env.path("state")).unwrap();
-    std::fs::write(env.path("state/tranche.toml"), "max_batch_requests = 10\npoll_interval = 0.1\n")
-        .unwrap();
+    std::fs::write(
+        env.path("state/tranche.toml"),
+        "max_batch_requests = 10\npoll_interval = 0.1\n",
+    )
+    .unwrap();
     let input = env.write("input.jsonl", &tranche_lines(60));
     let run = |extra_env: &[(&str, &str)], flags: &[&str]| -> Value {
         let mut cmd = env.tranche();
@@ -572,7 +563,14 @@ fn a_mistyped_setting_in_the_configuration_file_is_refused_by_name() {
     let input = env.write("input.jsonl", &tranche_lines(2));
     let out = env
         .tranche()
-        .args(["run", input.to_str().unwrap(), "--task", "t", "--base-url", "http://127.0.0.1:9/v1"])
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "--task",
+            "t",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

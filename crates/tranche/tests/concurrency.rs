@@ -3,11 +3,10 @@
 //! may be uploaded or created twice, every request ends in one terminal state, and no engine
 //! stops with an error because another one had the database.
 
-#![expect(clippy::unwrap_used, clippy::expect_used, reason = "test helpers fail loudly")]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,44 +14,12 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use support::{Env, Sim, text};
-
-fn get(url: &str) -> String {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async { reqwest::get(url).await.unwrap().text().await.unwrap() })
-}
-
-fn get_authed(url: &str) -> Value {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let text = runtime.block_on(async {
-        reqwest::Client::new()
-            .get(url)
-            .bearer_auth("sk-test-key")
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    });
-    serde_json::from_str(&text).unwrap()
-}
-
-/// `n` lines of one task; every job has its own task, so no two jobs share a custom id.
-fn lines(task: &str, n: usize) -> String {
-    (0..n)
-        .map(|i| {
-            let model = if i % 2 == 0 { "gpt-4o-mini" } else { "gpt-4.1-mini" };
-            let line = serde_json::json!({
-                "key": format!("doc:{i}"),
-                "body": {"model": model, "messages": [{"role": "user", "content": format!("{task} doc:{i}")}]},
-            });
-            format!("{line}\n")
-        })
-        .collect()
-}
+use tranche_test_support::inputs::task_lines;
+use tranche_test_support::probe;
+use tranche_test_support::sim_process::SimProcess;
 
 fn submit(env: &Env, task: &str, n: usize) -> String {
-    let input = env.write(&format!("{task}.jsonl"), &lines(task, n));
+    let input = env.write(&format!("{task}.jsonl"), &task_lines(task, n));
     let out = env
         .tranche()
         .args(["submit", input.to_str().unwrap(), "--task", task, "--json"])
@@ -69,7 +36,7 @@ const ENGINE: [&str; 6] = ["--poll-interval", "0.02", "--lease", "1", "--max-bat
 
 struct Workers<'a> {
     env: &'a Env,
-    sim: &'a Sim,
+    sim: &'a SimProcess,
     children: Vec<Child>,
     spawned: usize,
 }
@@ -131,7 +98,7 @@ fn workers_a_run_and_a_cancel_on_one_store_repeat_and_lose_nothing() {
     let worked = submit(&env, "worked", 600);
     let cancelled = submit(&env, "cancelled", 300);
 
-    let run_input = env.write("run.jsonl", &lines("run", 600));
+    let run_input = env.write("run.jsonl", &task_lines("run", 600));
     let mut run = Reaped(
         env.tranche()
             .args(["run", run_input.to_str().unwrap(), "--task", "run", "--json"])
@@ -209,46 +176,20 @@ fn workers_a_run_and_a_cancel_on_one_store_repeat_and_lose_nothing() {
 
     // At the provider: each tranche's file uploaded once, its batch created once, each
     // request billed at most once (exactly once for the jobs that ran), no file left.
-    let base = sim.openai.trim_end_matches("/v1");
-    let uploads: Vec<Value> = serde_json::from_str(&get(&format!("{base}/sim/uploads"))).unwrap();
-    let mut by_name = BTreeMap::<String, usize>::new();
-    for upload in &uploads {
-        *by_name.entry(upload["filename"].as_str().unwrap().to_owned()).or_default() += 1;
-    }
+    let by_name = probe::uploads_by_name(sim.root());
     assert!(by_name.values().all(|&n| n == 1), "an input file was uploaded twice: {by_name:?}");
-    let mut by_tranche = BTreeMap::<String, usize>::new();
-    let mut after: Option<String> = None;
-    loop {
-        let mut url = format!("{}/batches?limit=100", sim.openai);
-        if let Some(after) = &after {
-            url.push_str(&format!("&after={after}"));
-        }
-        let page = get_authed(&url);
-        for batch in page["data"].as_array().unwrap() {
-            let tranche = batch["metadata"]["tranche_id"].as_str().unwrap().to_owned();
-            assert!(by_name.contains_key(&format!("tranche-{tranche}.jsonl")));
-            *by_tranche.entry(tranche).or_default() += 1;
-        }
-        if page["has_more"] != true {
-            break;
-        }
-        after = page["last_id"].as_str().map(str::to_owned);
+    let by_tranche = probe::batches_by_tranche(&sim.openai, "sk-test-key");
+    for tranche in by_tranche.keys() {
+        assert!(by_name.contains_key(&format!("tranche-{tranche}.jsonl")), "{tranche}");
     }
     assert!(by_tranche.values().all(|&n| n == 1), "a batch was created twice: {by_tranche:?}");
-    let mut billed = BTreeMap::<String, usize>::new();
-    for line in get(&format!("{base}/sim/ledger")).lines() {
-        let entry: Value = serde_json::from_str(line).unwrap();
-        if entry["outcome"] == "succeeded" {
-            *billed.entry(entry["custom_id"].as_str().unwrap().to_owned()).or_default() += 1;
-        }
-    }
+    let billed = probe::billed(sim.root());
     assert!(billed.values().all(|&n| n == 1), "a request was billed twice");
     for task in ["worked", "run"] {
         let ran = billed.keys().filter(|id| id.ends_with(&format!(":{task}:v1"))).count();
         assert_eq!(ran, 600, "{task}");
     }
-    let stats: Value = serde_json::from_str(&get(&format!("{base}/sim/stats"))).unwrap();
-    assert_eq!(stats["files_live"], 0, "files left at the provider");
+    assert_eq!(probe::stats(sim.root())["files_live"], 0, "files left at the provider");
 }
 
 fn log(env: &Env, name: &str) -> String {

@@ -1,86 +1,22 @@
 //! Crash and fault tests: `tranche worker` killed with SIGKILL at seeded random moments, and
 //! providers failing a fifth of their calls; nothing may be lost, repeated or created twice.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    reason = "test helpers fail loudly"
-)]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use support::{Env, Sim, read_results, text, tranche_lines};
-
-fn get(url: &str) -> String {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async { reqwest::get(url).await.unwrap().text().await.unwrap() })
-}
-
-/// Every batch the simulator holds for `provider`, by the tranche id in its metadata.
-fn batches_by_tranche(sim: &Sim) -> BTreeMap<String, usize> {
-    let mut by_tranche = BTreeMap::new();
-    let mut after: Option<String> = None;
-    loop {
-        let mut url = format!("{}/batches?limit=100", sim.openai);
-        if let Some(after) = &after {
-            url.push_str(&format!("&after={after}"));
-        }
-        let page: Value = serde_json::from_str(&get_authed(&url)).unwrap();
-        for batch in page["data"].as_array().unwrap() {
-            let tranche = batch["metadata"]["tranche_id"].as_str().unwrap_or("none").to_owned();
-            *by_tranche.entry(tranche).or_insert(0) += 1;
-        }
-        if page["has_more"] != true {
-            return by_tranche;
-        }
-        after = page["last_id"].as_str().map(str::to_owned);
-    }
-}
-
-/// A GET with the test key, repeated through the faults the simulator injects.
-fn get_authed(url: &str) -> String {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let client = reqwest::Client::new();
-        for _ in 0..100 {
-            if let Ok(response) = client.get(url).bearer_auth("sk-test-key").send().await
-                && response.status().is_success()
-                && let Ok(text) = response.text().await
-            {
-                return text;
-            }
-        }
-        panic!("GET {url} kept failing")
-    })
-}
-
-/// How many times the simulator billed each custom id.
-fn billed(sim: &Sim) -> BTreeMap<String, usize> {
-    let base = sim.openai.trim_end_matches("/v1");
-    let mut billed = BTreeMap::new();
-    for line in get(&format!("{base}/sim/ledger")).lines() {
-        let entry: Value = serde_json::from_str(line).unwrap();
-        if entry["outcome"] == "succeeded" {
-            *billed.entry(entry["custom_id"].as_str().unwrap().to_owned()).or_insert(0) += 1;
-        }
-    }
-    billed
-}
-
-fn stats(sim: &Sim) -> Value {
-    let base = sim.openai.trim_end_matches("/v1");
-    serde_json::from_str(&get(&format!("{base}/sim/stats"))).unwrap()
-}
+use support::{Env, Sim, read_results, text};
+use tranche_test_support::inputs::{anthropic_lines, tranche_lines};
+use tranche_test_support::probe;
+use tranche_test_support::sim_process::SimProcess;
 
 /// Checks the invariants after a job of `n` requests ran to its end.
-fn assert_exactly_once(env: &Env, sim: &Sim, job: &str, n: usize) {
+fn assert_exactly_once(env: &Env, sim: &SimProcess, job: &str, n: usize) {
     let status = env.status_json(Some(job));
     let counts = &status["counts"];
     assert_eq!(status["state"], "done", "{status}");
@@ -102,15 +38,15 @@ fn assert_exactly_once(env: &Env, sim: &Sim, job: &str, n: usize) {
             "result {i} is another request's answer"
         );
     }
-    let billed = billed(sim);
+    let billed = probe::billed(sim.root());
     assert_eq!(billed.len(), n, "every request was run");
     assert!(billed.values().all(|&times| times == 1), "a request was billed twice: {billed:?}");
-    let batches = batches_by_tranche(sim);
+    let batches = probe::batches_by_tranche(&sim.openai, "sk-test-key");
     assert!(
         batches.values().all(|&count| count == 1),
         "a tranche's batch was created twice: {batches:?}"
     );
-    assert_eq!(stats(sim)["files_live"], 0, "files left at the provider");
+    assert_eq!(probe::stats(sim.root())["files_live"], 0, "files left at the provider");
 }
 
 fn submit(env: &Env, n: usize) -> String {
@@ -213,15 +149,7 @@ fn anthropic_overload_and_lost_creates_change_no_result() {
         ]}"#,
     );
     let sim = Sim::start(&["--config", config.to_str().unwrap(), "--speed", "30"]);
-    let lines: String = (0..120)
-        .map(|i| {
-            format!(
-                "{}\n",
-                serde_json::json!({"key": format!("doc:{i}"), "body": {"model": "claude-sonnet-4-5", "max_tokens": 32,
-                    "messages": [{"role": "user", "content": format!("doc:{i} says hello")}]}})
-            )
-        })
-        .collect();
+    let lines = anthropic_lines(120);
     let input = env.write("input.jsonl", &lines);
     let out = env
         .tranche()
@@ -241,12 +169,12 @@ fn anthropic_overload_and_lost_creates_change_no_result() {
     assert!(out.status.success(), "{}", text(&out));
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["counts"]["succeeded"], 120, "{status}");
-    let billed = billed(&sim);
+    let billed = probe::billed(sim.root());
     assert_eq!(billed.len(), 120);
     assert!(billed.values().all(|&times| times == 1), "a request was billed twice: {billed:?}");
     let tranches = status["tranches"]["done"].as_u64().unwrap();
     assert_eq!(
-        stats(&sim)["by_provider"]["anthropic"]["batches_created"].as_u64().unwrap(),
+        probe::stats(sim.root())["by_provider"]["anthropic"]["batches_created"].as_u64().unwrap(),
         tranches,
         "a batch was created twice"
     );

@@ -3,65 +3,20 @@
 
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use serde_json::Value;
+use tranche_test_support::sim_process::SimProcess;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tranche");
 
-/// A `tranche sim` child process, killed when dropped.
-pub struct Sim {
-    pub child: Child,
-    /// The child's temporary directory, where its spool folder goes: a killed simulator
-    /// cannot remove its own, so this removes it after the kill.
-    _tmp: tempfile::TempDir,
-    pub openai: String,
-    pub azure: String,
-    pub anthropic: String,
-}
+/// `tranche sim` as a child process of this build's binary.
+pub struct Sim;
 
 impl Sim {
-    pub fn start(extra: &[&str]) -> Sim {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut child = Command::new(BIN)
-            .env("TMPDIR", tmp.path())
-            .args(["sim", "--port", "0"])
-            .args(if extra.contains(&"--speed") { &[][..] } else { &["--speed", "200"][..] })
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tranche sim");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let mut urls = HashMap::new();
-        while urls.len() < 3 {
-            let line = lines.next().expect("sim printed its URLs").unwrap();
-            if let Some((name, url)) = line.split_once(": ")
-                && ["openai", "azure", "anthropic"].contains(&name)
-            {
-                urls.insert(name.to_owned(), url.trim().to_owned());
-            }
-        }
-        // Keep draining stdout so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Sim {
-            child,
-            _tmp: tmp,
-            openai: urls["openai"].clone(),
-            azure: urls["azure"].clone(),
-            anthropic: urls["anthropic"].clone(),
-        }
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn start(extra: &[&str]) -> SimProcess {
+        SimProcess::start(Path::new(BIN), extra)
     }
 }
 
@@ -126,21 +81,6 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// `n` tranche lines over two models; each user message starts with its key, which the
-/// simulator echoes in its answer.
-pub fn tranche_lines(n: usize) -> String {
-    (0..n)
-        .map(|i| {
-            let model = if i % 3 == 0 { "gpt-4.1-mini" } else { "gpt-4o-mini" };
-            let line = serde_json::json!({
-                "key": format!("doc:{i}"),
-                "body": {"model": model, "messages": [{"role": "user", "content": format!("doc:{i} says hello {}", "x".repeat(i % 17))}]},
-            });
-            format!("{line}\n")
-        })
-        .collect()
 }
 
 pub fn read_results(path: &Path) -> Vec<Value> {

@@ -1,0 +1,84 @@
+//! An engine harness: an in-process simulator on a stopped virtual clock, a fresh data folder,
+//! and engines built over one store there, as after a restart each time one is asked for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use tranche_core::{JobId, JobSettings, ProviderKind};
+use tranche_engine::{Engine, EngineConfig, Providers};
+use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
+use tranche_sim::{SimConfig, SimHandle, Simulator};
+use tranche_store::Store;
+use tranche_store_sqlite::SqliteStore;
+
+/// The simulator and the folder a test's engines share.
+#[derive(Debug)]
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub sim: SimHandle,
+}
+
+impl Harness {
+    /// A simulator whose clock moves only when the test advances it.
+    pub async fn new() -> Self {
+        let sim = Simulator::spawn(SimConfig { speed: 0.0, ..SimConfig::default() }).await.unwrap();
+        Self { dir: tempfile::tempdir().unwrap(), sim }
+    }
+
+    /// The store in the harness's folder (a new connection pool each time, as another
+    /// process would have).
+    pub async fn store(&self) -> Arc<dyn Store> {
+        let path = self.dir.path().join("t.db");
+        Arc::new(SqliteStore::open(&path.to_string_lossy()).await.unwrap())
+    }
+
+    /// A fresh engine over the same store and folders, polling without delay.
+    pub async fn engine(&self, max_batch_requests: Option<usize>) -> Engine {
+        self.engine_with(|c| c.max_batch_requests = max_batch_requests).await
+    }
+
+    /// A fresh engine whose configuration `tune` adjusts.
+    pub async fn engine_with(&self, tune: impl FnOnce(&mut EngineConfig)) -> Engine {
+        self.engine_at(self.sim.openai_base_url(), tune).await
+    }
+
+    /// A fresh engine over the same store whose OpenAI adapter reaches `base_url`.
+    pub async fn engine_at(
+        &self,
+        base_url: String,
+        tune: impl FnOnce(&mut EngineConfig),
+    ) -> Engine {
+        let mut config = OpenAiConfig::new(SecretString::from("sk-test"));
+        config.base_url = base_url;
+        let provider = OpenAiProvider::new(config, http_client().unwrap()).unwrap();
+        let mut engine_config = EngineConfig {
+            poll_interval: Duration::ZERO,
+            retry_backoff: Duration::ZERO,
+            ..EngineConfig::in_dir(self.dir.path())
+        };
+        engine_config.provider_poll_intervals.clear();
+        tune(&mut engine_config);
+        Engine::new(self.store().await, Providers::new().with(Arc::new(provider)), engine_config)
+    }
+}
+
+/// Submits `text` (tranche lines) as one OpenAI job of task `t`.
+pub async fn submit(engine: &Engine, text: &str) -> JobId {
+    let settings = JobSettings { task: Some("t".into()), ..JobSettings::default() };
+    engine.submit(text.as_bytes(), ProviderKind::Openai, settings, None).await.unwrap().job_id
+}
+
+/// `n` tranche lines keyed `k0`, `k1`, ... over two models (alternating), each message
+/// starting with its key.
+pub fn keyed_lines(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let model = if i % 2 == 0 { "gpt-4o-mini" } else { "gpt-4.1-mini" };
+            format!(
+                "{}\n",
+                serde_json::json!({"key": format!("k{i}"), "body": {"model": model, "messages": [{"role": "user", "content": format!("k{i} question")}]}})
+            )
+        })
+        .collect()
+}
