@@ -5,7 +5,7 @@
 use tracing::{info, warn};
 use tranche_core::TrancheState;
 use tranche_providers::Provider;
-use tranche_store::{FilePurpose, FileRecord, TrancheRecord, TrancheUpdate};
+use tranche_store::{TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
@@ -31,21 +31,7 @@ impl Engine {
         let Some(file) = provider.find_batch_file(tranche.id).await? else {
             return self.upload(provider, tranche, lease).await;
         };
-        self.store
-            .record_file(&FileRecord {
-                provider: tranche.provider,
-                file_id: file.id.as_str().to_owned(),
-                purpose: FilePurpose::BatchInput,
-                tranche_id: tranche.id,
-                filename: Some(file.filename.clone()),
-                bytes: Some(file.bytes),
-                expires_at: file.expires_at,
-                created_at: file.created_at,
-            })
-            .await?;
-        let mut update = TrancheUpdate::to(TrancheState::Uploaded, self.now());
-        update.input_file_id = Some(file.id.as_str().to_owned());
-        self.transition(lease, update).await?;
+        self.uploaded(tranche, lease, &file).await?;
         info!(tranche = %tranche.id, file = %file.id, "adopted an input file uploaded before a restart");
         Ok(())
     }

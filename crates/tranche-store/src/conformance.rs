@@ -20,6 +20,20 @@ use tranche_core::{
 
 use crate::*;
 
+/// A tranche of `model` at `provider`, on the suite's account, to claim requests into.
+fn new_tranche(provider: ProviderKind, model: &str) -> NewTranche {
+    NewTranche {
+        id: TrancheId::new(),
+        account: account(),
+        est_tokens: 0,
+        provider,
+        endpoint: Endpoint::ChatCompletions,
+        model: model.into(),
+        bytes: 0,
+        created_at: 1,
+    }
+}
+
 /// The account the suite's tranches are on.
 fn account() -> AccountId {
     AccountId::new(ProviderKind::Openai, "http://127.0.0.1:9/v1")
@@ -122,16 +136,8 @@ async fn pending_ids(store: &dyn Store, model: &str) -> Vec<i64> {
 
 async fn claim_all(store: &dyn Store, model: &str) -> (TrancheId, Vec<i64>) {
     let ids = pending_ids(store, model).await;
-    let tranche = NewTranche {
-        id: TrancheId::new(),
-        account: account(),
-        est_tokens: 0,
-        provider: ProviderKind::Openai,
-        endpoint: Endpoint::ChatCompletions,
-        model: model.into(),
-        bytes: 0,
-        created_at: 1,
-    };
+    let tranche =
+        NewTranche { bytes: 0, created_at: 1, ..new_tranche(ProviderKind::Openai, model) };
     create_tranche(store, &tranche, &ids).await;
     (tranche.id, ids)
 }
@@ -234,16 +240,7 @@ pub async fn a_committed_job_is_pending_with_its_counts(store: &dyn Store) {
 pub async fn requests_are_claimed_into_one_tranche_only(store: &dyn Store) {
     let id = add_job(store, 4, "m").await;
     let ids = pending_ids(store, "m").await;
-    let first = NewTranche {
-        id: TrancheId::new(),
-        account: account(),
-        est_tokens: 0,
-        provider: ProviderKind::Openai,
-        endpoint: Endpoint::ChatCompletions,
-        model: "m".into(),
-        bytes: 40,
-        created_at: 101,
-    };
+    let first = NewTranche { bytes: 40, created_at: 101, ..new_tranche(ProviderKind::Openai, "m") };
     assert_eq!(create_tranche(store, &first, &ids).await, Some(4));
     let second = NewTranche { id: TrancheId::new(), ..first.clone() };
     assert_eq!(create_tranche(store, &second, &ids).await, Some(0));
@@ -263,16 +260,7 @@ pub async fn requests_are_claimed_into_one_tranche_only(store: &dyn Store) {
 pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
     let job = add_job(store, 3, "m").await;
     let ids = pending_ids(store, "m").await;
-    let tranche = NewTranche {
-        id: TrancheId::new(),
-        account: account(),
-        est_tokens: 0,
-        provider: ProviderKind::Openai,
-        endpoint: Endpoint::ChatCompletions,
-        model: "m".into(),
-        bytes: 30,
-        created_at: 1,
-    };
+    let tranche = NewTranche { bytes: 30, created_at: 1, ..new_tranche(ProviderKind::Openai, "m") };
     create_tranche(store, &tranche, &ids).await;
     let ok = ResultUpdate {
         state: RequestState::Succeeded,
@@ -333,16 +321,7 @@ pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
 pub async fn provider_files_are_tracked_until_deleted(store: &dyn Store) {
     let job = add_job(store, 1, "m").await;
     let ids = pending_ids(store, "m").await;
-    let tranche = NewTranche {
-        id: TrancheId::new(),
-        account: account(),
-        est_tokens: 0,
-        provider: ProviderKind::Openai,
-        endpoint: Endpoint::ChatCompletions,
-        model: "m".into(),
-        bytes: 10,
-        created_at: 1,
-    };
+    let tranche = NewTranche { bytes: 10, created_at: 1, ..new_tranche(ProviderKind::Openai, "m") };
     create_tranche(store, &tranche, &ids).await;
     for (file, purpose) in
         [("file-in", FilePurpose::BatchInput), ("file-out", FilePurpose::BatchOutput)]
@@ -419,16 +398,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
         .collect();
     let token = LeaseToken::new();
     store.acquire_duty("plan:openai", &engine("planner"), token, LONG).await.unwrap().unwrap();
-    let tranche = NewTranche {
-        id: TrancheId::new(),
-        account: account(),
-        est_tokens: 3,
-        provider: ProviderKind::Openai,
-        endpoint: Endpoint::ChatCompletions,
-        model: "m".into(),
-        bytes: 30,
-        created_at: 1,
-    };
+    let tranche = NewTranche { est_tokens: 3, bytes: 30, ..new_tranche(ProviderKind::Openai, "m") };
     let claimed = store.create_tranche(&tranche, &ids, ("plan:openai", token)).await.unwrap();
     assert_eq!(claimed, Some(3));
     Fixture { tranche: tranche.id, job }
@@ -552,16 +522,7 @@ pub async fn one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing(stor
     let d = LeaseToken::new();
     assert!(store.acquire_duty("plan:azure", &engine("d"), d, LONG).await.unwrap().is_some());
     // The lapsed holder's claims are refused and record nothing.
-    let tranche = NewTranche {
-        id: TrancheId::new(),
-        account: account(),
-        est_tokens: 0,
-        provider: ProviderKind::Azure,
-        endpoint: Endpoint::ChatCompletions,
-        model: "m".into(),
-        bytes: 0,
-        created_at: 2,
-    };
+    let tranche = NewTranche { bytes: 0, created_at: 2, ..new_tranche(ProviderKind::Azure, "m") };
     assert_eq!(store.create_tranche(&tranche, &[1], ("plan:azure", c)).await.unwrap(), None);
     assert!(store.tranche(tranche.id).await.unwrap().is_none());
     // Handing a duty back frees it at once.
@@ -600,16 +561,7 @@ pub async fn counts_follow_every_change(store: &dyn Store) {
     assert_eq!(store.job_counts(job).await.unwrap().pending, 6);
     assert_counts_match_results(store, job).await;
     let ids = pending_ids(store, "m").await;
-    let tranche = NewTranche {
-        id: TrancheId::new(),
-        account: account(),
-        est_tokens: 0,
-        provider: ProviderKind::Openai,
-        endpoint: Endpoint::ChatCompletions,
-        model: "m".into(),
-        bytes: 0,
-        created_at: 1,
-    };
+    let tranche = new_tranche(ProviderKind::Openai, "m");
     assert_eq!(create_tranche(store, &tranche, &ids[..4]).await, Some(4));
     assert_counts_match_results(store, job).await;
     let held = lease(store, tranche.id).await;
@@ -671,16 +623,8 @@ pub async fn racing_claims_never_overlap(store: &dyn Store) {
     let job = add_job(store, 200, "m").await;
     let ids = pending_ids(store, "m").await;
     let claims = (0..8).map(|i| {
-        let tranche = NewTranche {
-            id: TrancheId::new(),
-            account: account(),
-            est_tokens: 0,
-            provider: ProviderKind::Openai,
-            endpoint: Endpoint::ChatCompletions,
-            model: "m".into(),
-            bytes: 0,
-            created_at: i,
-        };
+        let tranche =
+            NewTranche { bytes: 0, created_at: i, ..new_tranche(ProviderKind::Openai, "m") };
         let ids = &ids;
         async move { (create_tranche(store, &tranche, ids).await, tranche.id) }
     });

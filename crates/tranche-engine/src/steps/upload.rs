@@ -8,7 +8,7 @@ use tokio::io::{AsyncWriteExt, BufWriter};
 use tracing::{debug, info};
 use tranche_core::codec;
 use tranche_core::{TrancheId, TrancheState};
-use tranche_providers::Provider;
+use tranche_providers::{Provider, UploadedFile};
 use tranche_store::{FilePurpose, FileRecord, TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
@@ -28,27 +28,37 @@ impl Engine {
         self.write_input(provider, tranche.id, &path).await?;
         lease.ensure().await?;
         let uploaded = provider.upload_batch_file(tranche.id, &path).await?;
-        let now = self.now();
-        self.store
-            .record_file(&FileRecord {
-                provider: tranche.provider,
-                file_id: uploaded.id.as_str().to_owned(),
-                purpose: FilePurpose::BatchInput,
-                tranche_id: tranche.id,
-                filename: Some(uploaded.filename.clone()),
-                bytes: Some(uploaded.bytes),
-                expires_at: uploaded.expires_at,
-                created_at: uploaded.created_at,
-            })
-            .await?;
-        let mut update = TrancheUpdate::to(TrancheState::Uploaded, now);
-        update.input_file_id = Some(uploaded.id.into_string());
-        self.transition(lease, update).await?;
+        self.uploaded(tranche, lease, &uploaded).await?;
         if let Err(e) = tokio::fs::remove_file(&path).await {
             debug!(path = %path.display(), error = %e, "could not remove the uploaded input file");
         }
         info!(tranche = %tranche.id, "uploaded input file");
         Ok(())
+    }
+
+    /// Records the tranche's input file at the provider (uploaded now, or found after a
+    /// restart) and moves the tranche to `uploaded`.
+    pub(crate) async fn uploaded(
+        &self,
+        tranche: &TrancheRecord,
+        lease: &Lease,
+        file: &UploadedFile,
+    ) -> Result<(), StepError> {
+        self.store
+            .record_file(&FileRecord {
+                provider: tranche.provider,
+                file_id: file.id.as_str().to_owned(),
+                purpose: FilePurpose::BatchInput,
+                tranche_id: tranche.id,
+                filename: Some(file.filename.clone()),
+                bytes: Some(file.bytes),
+                expires_at: file.expires_at,
+                created_at: file.created_at,
+            })
+            .await?;
+        let mut update = TrancheUpdate::to(TrancheState::Uploaded, self.now());
+        update.input_file_id = Some(file.id.as_str().to_owned());
+        Ok(self.transition(lease, update).await?)
     }
 
     /// Where a step writes a tranche's input file: named by the step's lease, so that two
