@@ -119,7 +119,10 @@ impl SqliteStore {
         // The bundled SQLite keeps temporary files (statement journals, temporary tables,
         // sorts) in memory by default; a statement over a whole tranche would then hold
         // megabytes. On disk they are bounded by the page cache like everything else.
-        .pragma("temp_store", "file");
+        .pragma("temp_store", "file")
+        // After a checkpoint, a log larger than this is cut back, so that a big job's log does
+        // not stay on disk (and make every later open read it) for the life of the database.
+        .pragma("journal_size_limit", "67108864");
         let pool = SqlitePoolOptions::new()
             // An in-memory database lives in one connection.
             .max_connections(if in_memory { 1 } else { 4 })

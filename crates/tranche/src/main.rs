@@ -21,15 +21,26 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return Exit::from(anyhow::Error::from(e)).report(),
     };
-    let result = runtime.block_on(async move {
+    let global = &cli.global;
+    let result = runtime.block_on(async {
         match cli.command {
-            Command::Demo(args) => commands::demo::run(&cli.global, args).await,
-            Command::Run(args) => commands::run::run(&cli.global, args).await,
-            Command::Submit(args) => commands::run::submit(&cli.global, args).await,
-            Command::Worker(args) => commands::worker::run(&cli.global, args).await,
-            Command::Status(args) => commands::status::run(&cli.global, args).await,
-            Command::Results(args) => commands::results::run(&cli.global, args).await,
-            Command::Cancel(args) => commands::cancel::run(&cli.global, args).await,
+            Command::Demo(args) => commands::demo::run(global, args).await,
+            Command::Run(args) => {
+                with_app(global, |app| commands::run::run(app, global, args)).await
+            }
+            Command::Submit(args) => {
+                with_app(global, |app| commands::run::submit(app, global, args)).await
+            }
+            Command::Worker(args) => {
+                with_app(global, |app| commands::worker::run(app, global, args)).await
+            }
+            Command::Status(args) => with_app(global, |app| commands::status::run(app, args)).await,
+            Command::Results(args) => {
+                with_app(global, |app| commands::results::run(app, args)).await
+            }
+            Command::Cancel(args) => {
+                with_app(global, |app| commands::cancel::run(app, global, args)).await
+            }
             Command::Sim(args) => commands::sim::run(args).await,
         }
     });
@@ -37,4 +48,17 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(exit) => exit.report(),
     }
+}
+
+/// Runs a command over the application, then closes its store, so that SQLite checkpoints its
+/// log instead of leaving it for the next process to read.
+async fn with_app<F, Fut>(global: &args::Global, command: F) -> exit::CmdResult
+where
+    F: FnOnce(tranche_app::App) -> Fut,
+    Fut: Future<Output = exit::CmdResult>,
+{
+    let app = context::open_app(global).await?;
+    let result = command(app.clone()).await;
+    app.close().await;
+    result
 }

@@ -3,15 +3,14 @@
 use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
-use tranche_app::Until;
+use tranche_app::{App, Until};
 
 use crate::args::{CancelArgs, Global};
 use crate::context;
 use crate::exit::{CmdResult, Exit};
 use crate::render;
 
-pub async fn run(global: &Global, args: CancelArgs) -> CmdResult {
-    let app = context::open_app(global).await?;
+pub async fn run(app: App, global: &Global, args: CancelArgs) -> CmdResult {
     let job = app.find_job(&args.job).await?;
     let id = job.id;
     if args.no_wait {

@@ -2,12 +2,12 @@
 
 use std::process::ExitCode;
 
-use crate::args::{Global, ResultsArgs};
-use crate::context;
+use tranche_app::App;
+
+use crate::args::ResultsArgs;
 use crate::exit::CmdResult;
 
-pub async fn run(global: &Global, args: ResultsArgs) -> CmdResult {
-    let app = context::open_app(global).await?;
+pub async fn run(app: App, args: ResultsArgs) -> CmdResult {
     let job = app.find_job(&args.job).await?;
     match &args.out {
         Some(out) => {

@@ -11,8 +11,7 @@ use crate::context;
 use crate::exit::{self, CmdResult, Exit};
 use crate::render::{self, JobProgress};
 
-pub async fn submit(global: &Global, args: SubmitArgs) -> CmdResult {
-    let app = context::open_app(global).await?;
+pub async fn submit(app: App, global: &Global, args: SubmitArgs) -> CmdResult {
     // Accepting a job sends nothing, so it needs no provider credentials.
     let engine = context::recording_engine(&app, global)?;
     let settings = args.input.job_settings();
@@ -26,9 +25,8 @@ pub async fn submit(global: &Global, args: SubmitArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn run(global: &Global, args: RunArgs) -> CmdResult {
+pub async fn run(app: App, global: &Global, args: RunArgs) -> CmdResult {
     let started = Instant::now();
-    let app = context::open_app(global).await?;
     let engine =
         context::engine(&app, global, &args.provider, Some(args.input.provider), &args.engine)?;
     let settings = args.input.job_settings();

@@ -4,8 +4,9 @@ use std::process::ExitCode;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
-use crate::args::{Global, StatusArgs};
-use crate::context;
+use tranche_app::App;
+
+use crate::args::StatusArgs;
 use crate::exit::{CmdResult, Exit};
 use crate::render;
 
@@ -13,8 +14,7 @@ fn to_json(value: &impl serde::Serialize) -> Result<String, Exit> {
     serde_json::to_string(value).map_err(|e| Exit::from(anyhow::Error::from(e)))
 }
 
-pub async fn run(global: &Global, args: StatusArgs) -> CmdResult {
-    let app = context::open_app(global).await?;
+pub async fn run(app: App, args: StatusArgs) -> CmdResult {
     let Some(job) = args.job else {
         let jobs = app.recent_jobs(20).await?;
         if args.json {

@@ -3,14 +3,13 @@
 use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
-use tranche_app::Until;
+use tranche_app::{App, Until};
 
 use crate::args::{Global, WorkerArgs};
 use crate::context;
 use crate::exit::CmdResult;
 
-pub async fn run(global: &Global, args: WorkerArgs) -> CmdResult {
-    let app = context::open_app(global).await?;
+pub async fn run(app: App, global: &Global, args: WorkerArgs) -> CmdResult {
     let engine = context::engine(&app, global, &args.provider, None, &args.engine)?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
