@@ -1,0 +1,195 @@
+//! The blob store over `object_store`: `file:///path` (a local folder) or `s3://bucket/prefix`
+//! (S3-compatible; endpoint, credentials and region from the standard `AWS_*` variables, plain
+//! HTTP only with `AWS_ALLOW_HTTP=true`).
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::local::LocalFileSystem;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+
+use crate::{BlobError, BlobKey, BlobWriter};
+
+/// An object as written: its key, size and SHA-256. Known only once the object is whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobRef {
+    pub key: BlobKey,
+    pub size: u64,
+    /// Lower-case hex.
+    pub sha256: String,
+}
+
+/// A blob store. Cheap to clone.
+#[derive(Clone)]
+pub struct BlobStore {
+    inner: Arc<dyn ObjectStore>,
+    url: String,
+}
+
+impl std::fmt::Debug for BlobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobStore").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+fn bad_url(url: &str, reason: impl std::fmt::Display) -> BlobError {
+    BlobError::Url { url: url.to_owned(), reason: reason.to_string() }
+}
+
+impl BlobStore {
+    /// Opens the store at `url`; S3 settings come from the `AWS_*` environment variables.
+    pub fn open(url: &str) -> Result<Self, BlobError> {
+        Self::open_with(url, AmazonS3Builder::from_env())
+    }
+
+    /// Opens the store at `url` with S3 settings given as `AWS_*` keys and values (for a store
+    /// whose settings are not in the environment).
+    pub fn open_with_options<'a>(
+        url: &str,
+        options: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self, BlobError> {
+        let mut builder = AmazonS3Builder::new();
+        for (key, value) in options {
+            let key: AmazonS3ConfigKey =
+                key.to_ascii_lowercase().parse().map_err(|e| bad_url(url, e))?;
+            builder = builder.with_config(key, value);
+        }
+        Self::open_with(url, builder)
+    }
+
+    fn open_with(url: &str, s3: AmazonS3Builder) -> Result<Self, BlobError> {
+        let parsed = url::Url::parse(url).map_err(|e| bad_url(url, e))?;
+        let inner: Arc<dyn ObjectStore> = match parsed.scheme() {
+            "file" => {
+                let root = parsed.to_file_path().map_err(|()| bad_url(url, "not a local path"))?;
+                std::fs::create_dir_all(&root).map_err(|e| bad_url(url, e))?;
+                Arc::new(LocalFileSystem::new_with_prefix(&root).map_err(|e| bad_url(url, e))?)
+            }
+            "s3" => {
+                let bucket = parsed.host_str().filter(|b| !b.is_empty());
+                let bucket = bucket.ok_or_else(|| bad_url(url, "no bucket"))?;
+                let store = s3.with_bucket_name(bucket).build().map_err(|e| bad_url(url, e))?;
+                let prefix = parsed.path().trim_matches('/');
+                if prefix.is_empty() {
+                    Arc::new(store)
+                } else {
+                    Arc::new(PrefixStore::new(store, prefix))
+                }
+            }
+            other => {
+                return Err(bad_url(
+                    url,
+                    format!("unknown scheme `{other}` (use file:///path or s3://bucket/prefix)"),
+                ));
+            }
+        };
+        Ok(Self { inner, url: url.to_owned() })
+    }
+
+    /// The URL the store was opened with (a deployment's engines must share one).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Writes `bytes` as one object, whole or not at all.
+    pub async fn put(&self, key: &BlobKey, bytes: Bytes) -> Result<BlobRef, BlobError> {
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let size = bytes.len() as u64;
+        self.inner
+            .put(&key.path(), PutPayload::from_bytes(bytes))
+            .await
+            .map_err(BlobError::backend("writing", key.as_str()))?;
+        Ok(BlobRef { key: key.clone(), size, sha256 })
+    }
+
+    /// A writer that streams an object: nothing is visible under `key` until
+    /// [`BlobWriter::finish`], and a writer dropped or aborted leaves nothing behind there.
+    pub fn writer(&self, key: &BlobKey) -> BlobWriter {
+        BlobWriter::new(Arc::clone(&self.inner), key.clone())
+    }
+
+    /// Streams the local file at `path` into the object `key`.
+    pub async fn put_file(&self, key: &BlobKey, path: &Path) -> Result<BlobRef, BlobError> {
+        let read_error = |source| BlobError::Read { path: path.to_owned(), source };
+        let mut file = tokio::fs::File::open(path).await.map_err(read_error)?;
+        let mut writer = self.writer(key);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read(&mut buf).await.map_err(read_error)?;
+            if n == 0 {
+                break;
+            }
+            writer.write(&buf[..n]).await?;
+        }
+        writer.finish().await
+    }
+
+    /// The whole object.
+    pub async fn get(&self, key: &BlobKey) -> Result<Bytes, BlobError> {
+        let found = self.inner.get(&key.path()).await;
+        let found = found.map_err(BlobError::backend("reading", key.as_str()))?;
+        found.bytes().await.map_err(BlobError::backend("reading", key.as_str()))
+    }
+
+    /// Bytes `range` of the object (a request body or a result line by reference).
+    pub async fn get_range(&self, key: &BlobKey, range: Range<u64>) -> Result<Bytes, BlobError> {
+        self.inner
+            .get_range(&key.path(), range)
+            .await
+            .map_err(BlobError::backend("reading", key.as_str()))
+    }
+
+    /// The object as a stream of chunks, never whole in memory.
+    pub async fn stream(
+        &self,
+        key: &BlobKey,
+    ) -> Result<impl futures::Stream<Item = Result<Bytes, BlobError>> + Send + use<>, BlobError>
+    {
+        let found = self.inner.get(&key.path()).await;
+        let found = found.map_err(BlobError::backend("reading", key.as_str()))?;
+        let name = key.as_str().to_owned();
+        Ok(found.into_stream().map_err(move |e| BlobError::backend("reading", &name)(e)))
+    }
+
+    /// The object's size, or `None` when there is no such object.
+    pub async fn size(&self, key: &BlobKey) -> Result<Option<u64>, BlobError> {
+        match self.inner.head(&key.path()).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(source) => {
+                Err(BlobError::Backend { op: "looking up", key: key.to_string(), source })
+            }
+        }
+    }
+
+    /// Deletes the object; one already gone counts as deleted.
+    pub async fn delete(&self, key: &BlobKey) -> Result<(), BlobError> {
+        match self.inner.delete(&key.path()).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(source) => Err(BlobError::Backend { op: "deleting", key: key.to_string(), source }),
+        }
+    }
+
+    /// Every object under `prefix` (a key or a folder of keys), with its size, in key order.
+    pub async fn list(&self, prefix: &BlobKey) -> Result<Vec<(BlobKey, u64)>, BlobError> {
+        let mut found: Vec<(BlobKey, u64)> = self
+            .inner
+            .list(Some(&prefix.path()))
+            .map_err(|e| BlobError::backend("listing", prefix.as_str())(e))
+            .and_then(|meta| async move {
+                let key = BlobKey::new(meta.location.as_ref())?;
+                Ok((key, meta.size))
+            })
+            .try_collect()
+            .await?;
+        found.sort();
+        Ok(found)
+    }
+}

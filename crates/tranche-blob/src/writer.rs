@@ -1,0 +1,75 @@
+//! Streaming an object into the blob store: buffered, uploaded in parts when large, visible
+//! only once finished; its size and SHA-256 are counted on the way.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::ObjectStore;
+use object_store::buffered::BufWriter;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use crate::{BlobError, BlobKey, BlobRef};
+
+/// Streams one object. Dropped or aborted before [`BlobWriter::finish`], it leaves no object
+/// under its key (a multipart upload is never completed; a local staging file is not the
+/// object's name).
+pub struct BlobWriter {
+    inner: Option<BufWriter>,
+    key: BlobKey,
+    hasher: Sha256,
+    size: u64,
+}
+
+impl std::fmt::Debug for BlobWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobWriter").field("key", &self.key).field("size", &self.size).finish()
+    }
+}
+
+impl BlobWriter {
+    pub(crate) fn new(store: Arc<dyn ObjectStore>, key: BlobKey) -> Self {
+        let inner = BufWriter::new(store, key.path());
+        Self { inner: Some(inner), key, hasher: Sha256::new(), size: 0 }
+    }
+
+    fn failed(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> BlobError + use<> {
+        let key = self.key.to_string();
+        move |e| BlobError::Backend {
+            op,
+            key,
+            source: object_store::Error::Generic { store: "blob writer", source: Box::new(e) },
+        }
+    }
+
+    /// Appends `bytes`.
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), BlobError> {
+        self.hasher.update(bytes);
+        self.size += bytes.len() as u64;
+        let error = self.failed("writing");
+        let Some(inner) = self.inner.as_mut() else {
+            return Err(error(std::io::Error::other("the writer was finished")));
+        };
+        inner
+            .put(Bytes::copy_from_slice(bytes))
+            .await
+            .map_err(BlobError::backend("writing", self.key.as_str()))
+    }
+
+    /// Completes the object: from now on it is whole under its key.
+    pub async fn finish(mut self) -> Result<BlobRef, BlobError> {
+        let error = self.failed("completing");
+        let Some(mut inner) = self.inner.take() else {
+            return Err(error(std::io::Error::other("the writer was finished")));
+        };
+        inner.shutdown().await.map_err(error)?;
+        let sha256 = hex::encode(std::mem::take(&mut self.hasher).finalize());
+        Ok(BlobRef { key: self.key.clone(), size: self.size, sha256 })
+    }
+
+    /// Gives the object up, cleaning up any part already uploaded.
+    pub async fn abort(mut self) -> Result<(), BlobError> {
+        let Some(mut inner) = self.inner.take() else { return Ok(()) };
+        inner.abort().await.map_err(BlobError::backend("aborting", self.key.as_str()))
+    }
+}

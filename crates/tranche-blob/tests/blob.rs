@@ -1,0 +1,176 @@
+//! The blob store suite, run on every backend: a local folder and a real S3-compatible server
+//! on loopback (moto). Objects are whole or absent, ranges are exact, a writer given up leaves
+//! nothing, deletes are idempotent, listings see only whole objects under their prefix.
+
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use sha2::{Digest, Sha256};
+use tranche_blob::{BlobError, BlobKey, BlobStore};
+use tranche_test_support::s3::S3Server;
+
+/// A store under test and whatever keeps its backend alive.
+struct Target {
+    store: BlobStore,
+    _keep: Box<dyn std::any::Any + Send>,
+}
+
+fn local() -> Target {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("blobs").display());
+    Target { store: BlobStore::open(&url).unwrap(), _keep: Box::new(dir) }
+}
+
+fn s3() -> Target {
+    let server = S3Server::start("tranche-test");
+    let options = server.options();
+    let url = format!("s3://{}/deployment-1", server.bucket);
+    let store =
+        BlobStore::open_with_options(&url, options.iter().map(|(k, v)| (*k, v.as_str()))).unwrap();
+    Target { store, _keep: Box::new(server) }
+}
+
+fn key(text: &str) -> BlobKey {
+    BlobKey::new(text).unwrap()
+}
+
+/// Deterministic bytes of `len`, not all alike.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| u8::try_from((i * 31 + i / 997) % 251).unwrap()).collect()
+}
+
+async fn put_then_read_back_whole_and_by_range(store: BlobStore) {
+    let body = Bytes::from(pattern(100_000));
+    let written = store.put(&key("bodies/job_1"), body.clone()).await.unwrap();
+    assert_eq!(written.size, 100_000);
+    assert_eq!(written.sha256, hex::encode(Sha256::digest(&body)));
+    assert_eq!(store.get(&key("bodies/job_1")).await.unwrap(), body);
+    let slice = store.get_range(&key("bodies/job_1"), 12_345..12_400).await.unwrap();
+    assert_eq!(slice, body.slice(12_345..12_400));
+    assert_eq!(store.size(&key("bodies/job_1")).await.unwrap(), Some(100_000));
+    let streamed: Vec<Bytes> =
+        store.stream(&key("bodies/job_1")).await.unwrap().try_collect().await.unwrap();
+    assert_eq!(streamed.concat(), body.to_vec());
+}
+
+/// Large enough that S3 takes it in parts (object_store buffers 10 MiB before going multipart).
+async fn a_streamed_object_appears_whole_only_when_finished(store: BlobStore) {
+    let chunk = pattern(1 << 20);
+    let mut writer = store.writer(&key("raw/tr_1/output.jsonl"));
+    let mut hasher = Sha256::new();
+    for _ in 0..12 {
+        writer.write(&chunk).await.unwrap();
+        hasher.update(&chunk);
+    }
+    assert_eq!(store.size(&key("raw/tr_1/output.jsonl")).await.unwrap(), None, "not yet");
+    assert!(store.list(&key("raw")).await.unwrap().is_empty(), "no partial object is listed");
+    let written = writer.finish().await.unwrap();
+    assert_eq!(written.size, 12 << 20);
+    assert_eq!(written.sha256, hex::encode(hasher.finalize()));
+    let back = store.get(&key("raw/tr_1/output.jsonl")).await.unwrap();
+    assert_eq!(back.len(), 12 << 20);
+    assert_eq!(&back[(5 << 20)..(5 << 20) + 16], &chunk[..16]);
+}
+
+async fn a_writer_given_up_leaves_nothing(store: BlobStore) {
+    let mut aborted = store.writer(&key("outbox/tr_2"));
+    aborted.write(&pattern(11 << 20)).await.unwrap();
+    aborted.abort().await.unwrap();
+    let mut dropped = store.writer(&key("outbox/tr_3"));
+    dropped.write(&pattern(1000)).await.unwrap();
+    drop(dropped);
+    assert_eq!(store.size(&key("outbox/tr_2")).await.unwrap(), None);
+    assert_eq!(store.size(&key("outbox/tr_3")).await.unwrap(), None);
+    assert!(store.list(&key("outbox")).await.unwrap().is_empty());
+}
+
+async fn deletes_are_idempotent_and_reads_of_absent_objects_say_so(store: BlobStore) {
+    store.put(&key("exports/job_1.jsonl"), Bytes::from_static(b"{}\n")).await.unwrap();
+    store.delete(&key("exports/job_1.jsonl")).await.unwrap();
+    store.delete(&key("exports/job_1.jsonl")).await.unwrap();
+    assert_eq!(store.size(&key("exports/job_1.jsonl")).await.unwrap(), None);
+    let err = store.get(&key("exports/job_1.jsonl")).await.unwrap_err();
+    assert!(matches!(err, BlobError::NotFound(_)), "{err}");
+}
+
+async fn listings_see_whole_objects_under_their_prefix(store: BlobStore) {
+    for name in ["raw/tr_a/output.jsonl", "raw/tr_a/errors.jsonl", "raw/tr_b/output.jsonl"] {
+        store.put(&key(name), Bytes::from(name.as_bytes().to_vec())).await.unwrap();
+    }
+    store.put(&key("bodies/job_9"), Bytes::from_static(b"x")).await.unwrap();
+    let listed = store.list(&key("raw/tr_a")).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["raw/tr_a/errors.jsonl", "raw/tr_a/output.jsonl"]);
+    assert_eq!(listed[1].1, "raw/tr_a/output.jsonl".len() as u64);
+    assert_eq!(store.list(&key("raw")).await.unwrap().len(), 3);
+}
+
+async fn a_local_file_streams_in(store: BlobStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tranche.jsonl");
+    let content = pattern(3_000_000);
+    std::fs::write(&path, &content).unwrap();
+    let written = store.put_file(&key("outbox/tr_4.jsonl"), &path).await.unwrap();
+    assert_eq!(written.size, 3_000_000);
+    assert_eq!(store.get(&key("outbox/tr_4.jsonl")).await.unwrap(), content);
+}
+
+macro_rules! blob_suite {
+    ($name:ident, $target:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn put_then_read_back_whole_and_by_range() {
+                let target = tokio::task::spawn_blocking(|| $target).await.unwrap();
+                super::put_then_read_back_whole_and_by_range(target.store.clone()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_streamed_object_appears_whole_only_when_finished() {
+                let target = tokio::task::spawn_blocking(|| $target).await.unwrap();
+                super::a_streamed_object_appears_whole_only_when_finished(target.store.clone())
+                    .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_writer_given_up_leaves_nothing() {
+                let target = tokio::task::spawn_blocking(|| $target).await.unwrap();
+                super::a_writer_given_up_leaves_nothing(target.store.clone()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn deletes_are_idempotent_and_reads_of_absent_objects_say_so() {
+                let target = tokio::task::spawn_blocking(|| $target).await.unwrap();
+                super::deletes_are_idempotent_and_reads_of_absent_objects_say_so(
+                    target.store.clone(),
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn listings_see_whole_objects_under_their_prefix() {
+                let target = tokio::task::spawn_blocking(|| $target).await.unwrap();
+                super::listings_see_whole_objects_under_their_prefix(target.store.clone()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_local_file_streams_in() {
+                let target = tokio::task::spawn_blocking(|| $target).await.unwrap();
+                super::a_local_file_streams_in(target.store.clone()).await;
+            }
+        }
+    };
+}
+
+blob_suite!(local_folder, local());
+blob_suite!(s3_compatible, s3());
+
+#[test]
+fn unknown_schemes_and_bucketless_urls_are_refused_by_name() {
+    let err = BlobStore::open("ftp://host/x").unwrap_err();
+    assert!(err.to_string().contains("unknown scheme `ftp`"), "{err}");
+    let err = BlobStore::open("s3:///prefix").unwrap_err();
+    assert!(err.to_string().contains("no bucket"), "{err}");
+}
