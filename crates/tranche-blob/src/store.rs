@@ -69,8 +69,7 @@ impl BlobStore {
         let inner: Arc<dyn ObjectStore> = match parsed.scheme() {
             "file" => {
                 let root = parsed.to_file_path().map_err(|()| bad_url(url, "not a local path"))?;
-                std::fs::create_dir_all(&root).map_err(|e| bad_url(url, e))?;
-                Arc::new(LocalFileSystem::new_with_prefix(&root).map_err(|e| bad_url(url, e))?)
+                return Ok(Self::local(&root));
             }
             "s3" => {
                 let bucket = parsed.host_str().filter(|b| !b.is_empty());
@@ -91,6 +90,18 @@ impl BlobStore {
             }
         };
         Ok(Self { inner, url: url.to_owned() })
+    }
+
+    /// The store in the local folder `root` (made when the first object is written).
+    pub fn local(root: &Path) -> Self {
+        let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+        let url = url::Url::from_directory_path(&root)
+            .map_or_else(|()| format!("file://{}", root.display()), String::from);
+        // Paths below the filesystem's root, so that nothing has to exist before the first
+        // write (objects are written whole: staged beside their name, then renamed).
+        let prefix = object_store::path::Path::from(root.to_string_lossy().as_ref());
+        let inner = PrefixStore::new(LocalFileSystem::new(), prefix);
+        Self { inner: Arc::new(inner), url: url.trim_end_matches('/').to_owned() }
     }
 
     /// The URL the store was opened with (a deployment's engines must share one).
