@@ -3,7 +3,7 @@
 
 use tracing::info;
 use tranche_core::{JobId, TrancheState};
-use tranche_providers::{BatchId, Provider};
+use tranche_providers::{BatchId, InputTransport, Provider};
 use tranche_store::{AttemptOutcome, TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
@@ -22,33 +22,20 @@ impl Engine {
     ) -> Result<bool, StepError> {
         let now = self.now();
         match tranche.state {
+            // A create whose outcome is unknown may have made a batch: it is adopted (and
+            // cancelled at the provider next round) before anything ends here.
+            TrancheState::Creating if self.adopt_batch(provider, tranche, lease).await? => Ok(true),
+            // Likewise an upload never recorded: the file is recorded, so cleaning deletes it.
+            TrancheState::Uploading if provider.transport() == InputTransport::UploadFile => {
+                if let Some(file) = provider.find_batch_file(tranche.id).await? {
+                    self.uploaded(tranche, lease, &file).await?;
+                }
+                self.cancel_unsent(tranche, lease, now).await
+            }
             TrancheState::Planned
             | TrancheState::Uploading
             | TrancheState::Uploaded
-            | TrancheState::Creating => {
-                // No batch exists yet: end the requests here; cleaning deletes any input file.
-                let error = serde_json::json!({
-                    "provider": tranche.provider, "status": null, "error_type": null,
-                    "code": "job_cancelled", "message": "the job was cancelled before this request was sent",
-                    "param": null, "request_id": null, "retryable": false,
-                })
-                .to_string();
-                let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
-                for (wire_id, info) in writer.unanswered().await? {
-                    let update = self.failure_update(
-                        info,
-                        Failure::UserCancel,
-                        AttemptOutcome::Cancelled,
-                        None,
-                        &error,
-                        now,
-                    );
-                    writer.record(&wire_id, &update).await?;
-                }
-                self.commit(lease, writer, TrancheState::Cleaning, now).await?;
-                info!(tranche = %tranche.id, "cancelled before submission");
-                Ok(true)
-            }
+            | TrancheState::Creating => self.cancel_unsent(tranche, lease, now).await,
             TrancheState::Submitted => {
                 let sent =
                     matches!(tranche.batch_status.as_deref(), Some("cancelling" | "cancelled"));
@@ -65,6 +52,37 @@ impl Engine {
             }
             _ => Ok(false),
         }
+    }
+
+    /// Ends a tranche's requests as cancelled before any batch of them exists; cleaning then
+    /// deletes any input file.
+    async fn cancel_unsent(
+        &self,
+        tranche: &TrancheRecord,
+        lease: &Lease,
+        now: i64,
+    ) -> Result<bool, StepError> {
+        let error = serde_json::json!({
+            "provider": tranche.provider, "status": null, "error_type": null,
+            "code": "job_cancelled", "message": "the job was cancelled before this request was sent",
+            "param": null, "request_id": null, "retryable": false,
+        })
+        .to_string();
+        let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
+        for (wire_id, info) in writer.unanswered().await? {
+            let update = self.failure_update(
+                info,
+                Failure::UserCancel,
+                AttemptOutcome::Cancelled,
+                None,
+                &error,
+                now,
+            );
+            writer.record(&wire_id, &update).await?;
+        }
+        self.commit(lease, writer, TrancheState::Cleaning, now).await?;
+        info!(tranche = %tranche.id, "cancelled before submission");
+        Ok(true)
     }
 
     /// Cancels a job: its waiting requests at once, the batches holding only its requests at

@@ -147,7 +147,7 @@ impl Engine {
         until: Until,
         on_tick: &mut impl FnMut(),
     ) -> Result<Option<Duration>, EngineError> {
-        self.tick().await?;
+        let stepped = self.tick_counted().await?;
         on_tick();
         match until {
             Until::JobEnds(job) => {
@@ -173,12 +173,22 @@ impl Engine {
             }
             None => self.config.poll_interval,
         };
-        Ok(Some(wait.min(self.config.poll_interval)))
+        let wait = wait.min(self.config.poll_interval);
+        // Due work this engine cannot take (another account's or provider's tranche) is no
+        // reason to spin: a round that stepped nothing waits a while before the next.
+        let idle = self.config.poll_interval.min(Duration::from_secs(1));
+        Ok(Some(if stepped == 0 && wait < idle { idle } else { wait }))
     }
 
     /// One round: plan waiting requests, move every due tranche one step, settle jobs. Each
     /// tranche is stepped under its lease; one that another engine holds is left to it.
     pub async fn tick(&self) -> Result<(), EngineError> {
+        self.tick_counted().await.map(|_| ())
+    }
+
+    /// [`Engine::tick`], answering how many tranches it stepped.
+    async fn tick_counted(&self) -> Result<usize, EngineError> {
+        let mut stepped = 0;
         for kind in ProviderKind::ALL {
             if self.providers.get(kind).is_some() {
                 self.plan(kind).await?;
@@ -212,8 +222,10 @@ impl Engine {
             let result = self.step(tranche, &lease).await;
             lease.release().await;
             result?;
+            stepped += 1;
         }
-        self.settle_jobs().await
+        self.settle_jobs().await?;
+        Ok(stepped)
     }
 
     /// Moves one tranche, whose lease this engine holds, one step. A step whose lease passed

@@ -3,7 +3,9 @@
 //! every side effect, handed back when the work ends.
 //!
 //! The store judges expiry by its own clock and answers how long a lease has left; the holder
-//! counts that down on its monotonic clock, so no two hosts' clocks are ever compared.
+//! counts that down on its monotonic clock. For SQLite the store's clock is the clock of the
+//! host whose engine runs the statement (engines on one SQLite file share a host); a jump of
+//! that clock can shorten a lease by up to one renewal period.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -45,6 +45,21 @@ impl Engine {
         tranche: &TrancheRecord,
         lease: &Lease,
     ) -> Result<(), StepError> {
+        if self.adopt_batch(provider, tranche, lease).await? {
+            return Ok(());
+        }
+        self.create(provider, tranche, lease).await
+    }
+
+    /// Adopts the batch a create whose outcome is unknown may have made: returns true when
+    /// the tranche's next step is settled (the batch was adopted, or the tranche waits while
+    /// the provider's batches cannot tell), false when the provider has no batch of it.
+    pub(crate) async fn adopt_batch(
+        &self,
+        provider: &dyn Provider,
+        tranche: &TrancheRecord,
+        lease: &Lease,
+    ) -> Result<bool, StepError> {
         match self.find_batch(provider, tranche, lease).await? {
             Adoption::Found(batch) => {
                 let now = self.now();
@@ -53,9 +68,9 @@ impl Engine {
                 update.batch_status = Some(batch.status.as_str().to_owned());
                 self.transition(lease, update).await?;
                 info!(tranche = %tranche.id, batch = %batch.id, "adopted a batch created before a restart");
-                Ok(())
+                Ok(true)
             }
-            Adoption::NotFound => self.create(provider, tranche, lease).await,
+            Adoption::NotFound => Ok(false),
             Adoption::Ambiguous(candidates) => {
                 let now = self.now();
                 let mut update = TrancheUpdate::to(TrancheState::Creating, now);
@@ -71,7 +86,7 @@ impl Engine {
                 update.not_before = now + self.poll_delay(tranche.provider);
                 self.transition(lease, update).await?;
                 warn!(tranche = %tranche.id, candidates, "cannot tell which batch is this tranche's; waiting");
-                Ok(())
+                Ok(true)
             }
         }
     }

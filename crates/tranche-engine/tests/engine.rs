@@ -497,3 +497,119 @@ async fn an_engine_steps_only_tranches_of_its_own_account() {
     assert_eq!(run_to_end(&setup, &ours, job).await, JobState::Done);
     assert_eq!(setup.sim.stats().requests_billed, 4);
 }
+
+/// A retry that returns a request to the pool after its job was cancelled (its ingest began
+/// before the cancel) does not send it again: planning cancels it.
+#[tokio::test]
+async fn a_request_retried_after_its_job_was_cancelled_is_not_sent_again() {
+    use tranche_core::{AttemptOutcome, EngineId, LeaseToken};
+    use tranche_store::{Held, ResultUpdate};
+
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(2)).await;
+    engine.tick().await.unwrap();
+    let store = setup.store().await;
+    let tranche = store.job_unfinished_tranches(job).await.unwrap()[0].clone();
+    // The ingest that is about to record a retryable failure holds the tranche...
+    let token = LeaseToken::new();
+    let (record, _) = store
+        .lease_tranche(
+            tranche.id,
+            &EngineId::new("old", 1),
+            token,
+            Duration::from_secs(60),
+            i64::MAX,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    // ...when the user cancels the job; then it records.
+    engine.cancel_job(job).await.unwrap();
+    let held = Held { token, state: record.state };
+    let mut writer = store.begin_ingest(tranche.id, held).await.unwrap();
+    let retry = ResultUpdate {
+        state: RequestState::Pending,
+        outcome: AttemptOutcome::Errored,
+        status_code: Some(500),
+        output: None,
+        error: Some("{}"),
+        input_tokens: None,
+        output_tokens: None,
+        spends_attempt: true,
+        not_before: 0,
+        at: 1,
+    };
+    for (wire_id, _) in writer.unanswered().await.unwrap() {
+        assert!(writer.record(&wire_id, &retry).await.unwrap());
+    }
+    assert!(writer.commit(tranche_core::TrancheState::Cleaning, 1).await.unwrap());
+    store.release_tranche_lease(tranche.id, token).await.unwrap();
+    assert_eq!(store.job_counts(job).await.unwrap().pending, 1, "back in the pool");
+    let state = run_to_end(&setup, &engine, job).await;
+    assert_eq!(state, JobState::Cancelled);
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.cancelled, counts.open()), (2, 0));
+    assert_eq!(setup.sim.stats().batches_created, 0, "nothing was sent");
+}
+
+/// A create whose answer was lost left a batch running at the provider; cancelling the job
+/// then finds that batch and cancels it there, instead of ending the requests here and leaving
+/// the batch to run and bill.
+#[tokio::test]
+async fn cancelling_while_a_create_is_unanswered_cancels_the_batch_it_made() {
+    let setup = Setup::new().await;
+    let lost_create: tranche_sim::HttpFault =
+        serde_json::from_value(serde_json::json!({"operation": "create", "kind": "drop_after"}))
+            .unwrap();
+    setup.sim.set_config(SimConfig {
+        speed: 0.0,
+        faults: vec![lost_create],
+        ..SimConfig::default()
+    });
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(1)).await;
+    // Plan and upload, then a create that the provider carries out but whose answer is lost.
+    engine.tick().await.unwrap();
+    engine.tick().await.unwrap();
+    assert_eq!(setup.sim.stats().batches_created, 1);
+    let store = setup.store().await;
+    let tranche = store.job_unfinished_tranches(job).await.unwrap()[0].clone();
+    assert_eq!(tranche.state, tranche_core::TrancheState::Creating);
+    setup.sim.set_config(SimConfig { speed: 0.0, ..SimConfig::default() });
+    engine.cancel_job(job).await.unwrap();
+    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Cancelled);
+    // A day later the batch, had it been left, would have run and billed.
+    setup.sim.advance(86_400.0);
+    let batches = setup.sim.ledger();
+    assert!(batches.is_empty(), "the cancelled batch ran: {batches:?}");
+    let stats = setup.sim.stats();
+    assert_eq!((stats.batches_created, stats.files_live), (1, 0), "{stats:?}");
+}
+
+/// An engine that finds a tranche's raw results missing (it does not share the raw folder of
+/// the engine that collected them) collects them again instead of taking the batch as empty.
+#[tokio::test]
+async fn raw_results_missing_at_ingest_are_collected_again() {
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(3)).await;
+    let store = setup.store().await;
+    let mut ingesting = None;
+    for _ in 0..50 {
+        engine.tick().await.unwrap();
+        setup.sim.advance(1.0);
+        let tranches = store.job_unfinished_tranches(job).await.unwrap();
+        if let Some(t) = tranches.iter().find(|t| t.state == tranche_core::TrancheState::Ingesting)
+        {
+            ingesting = Some(t.id);
+            break;
+        }
+    }
+    let tranche = ingesting.expect("a tranche reached ingesting");
+    std::fs::remove_dir_all(setup.dir.path().join("raw").join(tranche.to_string())).unwrap();
+    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.succeeded, counts.retried), (3, 0), "nothing was sent again");
+    assert_eq!(setup.sim.stats().requests_billed, 3);
+}

@@ -129,7 +129,20 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(|source| StoreError::Open { location: location.to_owned(), source })?;
-        migrator().run(&pool).await.map_err(|e| StoreError::Migrate(Box::new(e)))?;
+        // Engines started together on a database that needs migrating race to apply the same
+        // migration (sqlx's SQLite migrator takes no lock): the loser finds it applied when it
+        // tries again.
+        let mut tries = 0u64;
+        loop {
+            match migrator().run(&pool).await {
+                Ok(()) => break,
+                Err(e) if tries >= 10 => return Err(StoreError::Migrate(Box::new(e))),
+                Err(_) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+                }
+            }
+        }
         Ok(Self { pool })
     }
 

@@ -24,9 +24,13 @@ impl TrancheStore for SqliteStore {
     }
 
     async fn next_due(&self) -> StoreResult<Option<i64>> {
-        let row = sqlx::query(
-            "SELECT MIN(not_before) FROM tranches WHERE state NOT IN ('done', 'failed')",
-        )
+        // A tranche another engine holds is due when its lease lapses, not before.
+        let row = sqlx::query(concat!(
+            "SELECT MIN(CASE WHEN lease_token IS NOT NULL AND lease_expires_at > ",
+            db_now_ms!(),
+            " THEN MAX(not_before, (lease_expires_at + 999) / 1000) ELSE not_before END)
+             FROM tranches WHERE state NOT IN ('done', 'failed')"
+        ))
         .fetch_one(&self.pool)
         .await?;
         Ok(row.try_get(0)?)

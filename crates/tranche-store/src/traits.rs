@@ -172,7 +172,8 @@ pub trait TrancheStore: Send + Sync {
     /// lease on, oldest first. Stepping one takes its lease first.
     async fn due_tranches(&self, now: i64) -> StoreResult<Vec<TrancheRecord>>;
 
-    /// The earliest time any unfinished tranche is due, if there is one.
+    /// The earliest time any unfinished tranche is due, if there is one: for one leased by an
+    /// engine, not before its lease lapses.
     async fn next_due(&self) -> StoreResult<Option<i64>>;
 
     async fn tranche(&self, id: TrancheId) -> StoreResult<Option<TrancheRecord>>;

@@ -7,7 +7,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tracing::{info, warn};
 use tranche_core::TrancheState;
 use tranche_providers::{BatchStatus, LineError, LineOutcome, Provider};
-use tranche_store::{AttemptInfo, AttemptOutcome, ResultUpdate, Success, TrancheRecord};
+use tranche_store::{
+    AttemptInfo, AttemptOutcome, ResultUpdate, Success, TrancheRecord, TrancheUpdate,
+};
 
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
@@ -52,10 +54,21 @@ impl Engine {
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
         let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
         let mut failures = Vec::new();
-        for name in ["output.jsonl", "errors.jsonl"] {
+        for (name, expected) in [
+            ("output.jsonl", tranche.output_file_id.is_some() || tranche.results_url.is_some()),
+            ("errors.jsonl", tranche.error_file_id.is_some()),
+        ] {
             let path = self.raw_path(tranche.id, name);
             let file = match tokio::fs::File::open(&path).await {
                 Ok(file) => file,
+                // A result file the batch has but raw storage lacks (this engine's raw folder
+                // is not the one that collected it) is collected again, never taken as empty.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && expected => {
+                    drop(writer);
+                    warn!(tranche = %tranche.id, file = name, "raw results missing; collecting them again");
+                    let update = TrancheUpdate::to(TrancheState::Collecting, now);
+                    return Ok(self.transition(lease, update).await?);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(EngineError::io("opening", &path)(e).into()),
             };

@@ -54,6 +54,14 @@ impl Engine {
         duty: (&str, LeaseToken),
     ) -> Result<(), EngineError> {
         let now = self.now();
+        // A request of a cancelled job that a retry returned to the pool (its ingest began
+        // before the cancel) is cancelled now, never sent.
+        for job in self.store.open_jobs().await?.iter().filter(|job| job.cancel_requested) {
+            let cancelled = self.store.cancel_job(job.id, now).await?;
+            if cancelled > 0 {
+                info!(job = %job.id, requests = cancelled, "cancelled requests returned to a cancelled job's pool");
+            }
+        }
         let answered = self.answer_from_earlier(kind, now).await?;
         if answered > 0 {
             info!(provider = %kind, requests = answered, "answered from earlier results at no cost");
