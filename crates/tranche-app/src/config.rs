@@ -13,6 +13,7 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+use tranche_blob::BlobStore;
 use tranche_engine::EngineConfig;
 
 use crate::error::AppError;
@@ -60,10 +61,14 @@ pub struct EngineSettings {
     /// Seconds an uploaded input file lives at the provider before it expires.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file_expires_after: Option<u64>,
+    /// Where bytes rest: `file:///path` or `s3://bucket/prefix` [default: `blobs` in the data
+    /// folder]. Every engine of a deployment must use the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blob_store: Option<String>,
 }
 
 /// The keys the environment may set, each as `TRANCHE_<KEY>`.
-const ENV_KEYS: [&str; 9] = [
+const ENV_KEYS: [&str; 10] = [
     "poll_interval",
     "min_batch_size",
     "max_wait",
@@ -73,6 +78,7 @@ const ENV_KEYS: [&str; 9] = [
     "lease",
     "max_attempts",
     "file_expires_after",
+    "blob_store",
 ];
 
 /// Where the configuration file is: the one `TRANCHE_CONFIG` names, else `tranche.toml` in the
@@ -127,6 +133,10 @@ impl EngineSettings {
         config.default_token_budget = self.default_token_budget;
         if let Some(lease) = self.lease {
             config.lease = seconds("lease", lease, false)?;
+        }
+        if let Some(url) = &self.blob_store {
+            config.blobs =
+                BlobStore::open(url).map_err(|e| AppError::Config(format!("blob_store: {e}")))?;
         }
         if let Some(n) = self.max_attempts {
             if n == 0 {

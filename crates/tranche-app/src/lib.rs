@@ -40,9 +40,21 @@ impl App {
         Ok(Self { store: Arc::new(store) })
     }
 
-    /// An engine over this store.
-    pub fn engine(&self, providers: Providers, config: EngineConfig) -> Engine {
-        Engine::new(Arc::clone(&self.store), providers, config)
+    /// An engine over this store. Refused when its blob store is not the deployment's: the
+    /// first engine records the blob store, every later one must use the same.
+    pub async fn engine(
+        &self,
+        providers: Providers,
+        config: EngineConfig,
+    ) -> Result<Engine, AppError> {
+        let proposed = config.blobs.url();
+        let recorded = self.store.deployment_fact("blob_store", proposed).await?;
+        if recorded != proposed {
+            return Err(AppError::Config(format!(
+                "this deployment's bytes are in the blob store `{recorded}`, but this engine was started with `{proposed}`; every engine of a deployment must use the same (--blob-store or TRANCHE_BLOB_STORE)"
+            )));
+        }
+        Ok(Engine::new(Arc::clone(&self.store), providers, config))
     }
 
     /// Closes the store (SQLite checkpoints its log).

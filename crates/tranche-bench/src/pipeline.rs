@@ -354,7 +354,8 @@ async fn run_in(settings: &RunSettings, root: &Path) -> anyhow::Result<Report> {
     let disk = Disk {
         db_bytes: file_size(&root.join("tranche.db")),
         wal_bytes: file_size(&root.join("tranche.db-wal")),
-        raw_bytes: tree_size(&engine.config().raw_dir),
+        // The local blob store, where raw results rest (EngineConfig::in_dir puts it there).
+        raw_bytes: tree_size(&root.join("blobs")),
     };
     let sim_peak_rss = meter.sim.as_mut().map(|(_, tracker)| tracker.lifetime());
     let peak_rss = meter.this.lifetime();

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tranche_blob::BlobStore;
 use tranche_core::plan::TrancheLimits;
 
 use crate::policy::Retries;
@@ -13,9 +14,14 @@ use tranche_core::{JobId, ProviderKind};
 /// How the engine works. Paths are where it keeps files of its own.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Raw result files, one folder per tranche.
-    pub raw_dir: PathBuf,
-    /// Input files being built before upload.
+    /// Where bytes rest: raw result files (`raw/<tranche>/output.jsonl`, `errors.jsonl`),
+    /// exactly as the provider returned them. One per deployment.
+    pub blobs: BlobStore,
+    /// Raw result folders of data folders made before the blob store (`<data-dir>/raw`); a
+    /// tranche's files found there are moved into the blob store when it needs them.
+    pub legacy_raw_dir: PathBuf,
+    /// Files a step writes before they are sent or stored (input files, downloads), each named
+    /// by the step's lease.
     pub outbox_dir: PathBuf,
     /// How long to wait between two polls of a running batch...
     pub poll_interval: Duration,
@@ -51,7 +57,8 @@ impl EngineConfig {
     /// Defaults for a data folder (`./.tranche` by default).
     pub fn in_dir(data_dir: &Path) -> Self {
         Self {
-            raw_dir: data_dir.join("raw"),
+            blobs: BlobStore::local(&data_dir.join("blobs")),
+            legacy_raw_dir: data_dir.join("raw"),
             outbox_dir: data_dir.join("outbox"),
             poll_interval: Duration::from_secs(30),
             provider_poll_intervals: BTreeMap::from([

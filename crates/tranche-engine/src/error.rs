@@ -13,6 +13,8 @@ use tranche_core::ProviderKind;
 pub enum EngineError {
     #[error(transparent)]
     Store(#[from] tranche_store::StoreError),
+    #[error(transparent)]
+    Blob(#[from] tranche_blob::BlobError),
     #[error("{action} `{path}`: {source}")]
     Io {
         action: &'static str,

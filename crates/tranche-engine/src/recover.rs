@@ -151,7 +151,7 @@ impl Engine {
         candidates: Vec<tranche_providers::RemoteBatch>,
     ) -> Result<Adoption, StepError> {
         let mut running = 0;
-        let dir = self.config.raw_dir.join(tranche.id.to_string());
+        let dir = self.config.outbox_dir.clone();
         tokio::fs::create_dir_all(&dir).await.map_err(EngineError::io("creating", &dir))?;
         for batch in candidates {
             let Some(url) = batch.results_url.as_deref().filter(|_| batch.status.is_terminal())

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use tranche_blob::{BlobKey, BlobStore};
 use tranche_core::{JobId, JobSettings, JobState, ProviderKind, RequestState};
 use tranche_engine::{Engine, SubmitError};
 use tranche_sim::{SimConfig, Simulator};
@@ -54,8 +55,10 @@ async fn a_restart_after_every_step_still_matches_every_request_once() {
     assert_eq!(stats.batches_created, 4);
     assert_eq!(stats.files_live, 0);
     assert_eq!(stats.requests_billed, 100);
-    let raw = std::fs::read_dir(setup.dir.path().join("raw")).unwrap().count();
-    assert_eq!(raw, 4, "each tranche's raw results are kept");
+    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+    let raw = blobs.list(&BlobKey::new("raw").unwrap()).await.unwrap();
+    assert_eq!(raw.len(), 4, "each tranche's raw results are kept: {raw:?}");
+    assert!(raw.iter().all(|(key, size)| key.as_str().ends_with("/output.jsonl") && *size > 0));
 }
 
 #[tokio::test]
@@ -607,9 +610,46 @@ async fn raw_results_missing_at_ingest_are_collected_again() {
         }
     }
     let tranche = ingesting.expect("a tranche reached ingesting");
-    std::fs::remove_dir_all(setup.dir.path().join("raw").join(tranche.to_string())).unwrap();
+    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+    let key = BlobKey::new(format!("raw/{tranche}/output.jsonl")).unwrap();
+    let collected = blobs.get(&key).await.unwrap();
+    blobs.delete(&key).await.unwrap();
     assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.succeeded, counts.retried), (3, 0), "nothing was sent again");
     assert_eq!(setup.sim.stats().requests_billed, 3);
+    assert_eq!(blobs.get(&key).await.unwrap(), collected, "collected again, byte for byte");
+}
+
+/// A data folder made before the blob store keeps raw results in `raw/<tranche>/`: a tranche
+/// that needs them finds them there and moves them into the blob store.
+#[tokio::test]
+async fn raw_results_of_an_older_data_folder_move_into_the_blob_store() {
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(1)).await;
+    let store = setup.store().await;
+    let mut ingesting = None;
+    for _ in 0..50 {
+        engine.tick().await.unwrap();
+        setup.sim.advance(1.0);
+        let tranches = store.job_unfinished_tranches(job).await.unwrap();
+        if let Some(t) = tranches.iter().find(|t| t.state == tranche_core::TrancheState::Ingesting)
+        {
+            ingesting = Some(t.id);
+            break;
+        }
+    }
+    let tranche = ingesting.expect("a tranche reached ingesting");
+    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+    let key = BlobKey::new(format!("raw/{tranche}/output.jsonl")).unwrap();
+    let collected = blobs.get(&key).await.unwrap();
+    blobs.delete(&key).await.unwrap();
+    let legacy = setup.dir.path().join("raw").join(tranche.to_string());
+    std::fs::create_dir_all(&legacy).unwrap();
+    std::fs::write(legacy.join("output.jsonl"), &collected).unwrap();
+    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(blobs.get(&key).await.unwrap(), collected);
+    assert!(!legacy.join("output.jsonl").exists(), "moved, not copied");
+    assert_eq!(store.job_counts(job).await.unwrap().succeeded, 1);
 }

@@ -12,7 +12,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{SqlSafeStr, Sqlite, Transaction};
-use tranche_store::{Store, StoreError, StoreResult};
+use tranche_store::{DeploymentStore, Store, StoreError, StoreResult};
 
 /// The database's clock in unix milliseconds, as an SQL expression. A macro so that statements
 /// stay string literals (`concat!`), never built at run time. Leases are judged by it.
@@ -52,6 +52,7 @@ fn migrator() -> Migrator {
             "tenants and accounts",
             include_str!("../migrations/sqlite/0005_tenants_and_accounts.sql"),
         ),
+        migration(6, "deployment", include_str!("../migrations/sqlite/0006_deployment.sql")),
     ])
 }
 
@@ -151,6 +152,24 @@ impl SqliteStore {
     /// it first read, as a deferred transaction would.
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+#[async_trait::async_trait]
+impl DeploymentStore for SqliteStore {
+    async fn deployment_fact(&self, key: &str, proposed: &str) -> StoreResult<String> {
+        sqlx::query(
+            "INSERT INTO deployment (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(proposed)
+        .execute(&self.pool)
+        .await?;
+        let row = sqlx::query("SELECT value FROM deployment WHERE key = ?")
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(sqlx::Row::try_get(&row, 0)?)
     }
 }
 

@@ -618,6 +618,15 @@ pub async fn counts_follow_every_change(store: &dyn Store) {
     assert_counts_match_results(store, other).await;
 }
 
+/// The first engine records a deployment fact; later ones read it back, whatever they propose.
+pub async fn the_first_engine_records_a_deployment_fact(store: &dyn Store) {
+    let first = store.deployment_fact("blob_store", "file:///a").await.unwrap();
+    assert_eq!(first, "file:///a");
+    let later = store.deployment_fact("blob_store", "s3://b/c").await.unwrap();
+    assert_eq!(later, "file:///a");
+    assert_eq!(store.deployment_fact("other", "x").await.unwrap(), "x");
+}
+
 /// Eight claims racing for the same requests: each request lands in exactly one tranche.
 pub async fn racing_claims_never_overlap(store: &dyn Store) {
     let job = add_job(store, 200, "m").await;
@@ -742,6 +751,12 @@ pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
 #[macro_export]
 macro_rules! store_conformance {
     ($factory:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn the_first_engine_records_a_deployment_fact() {
+            let fresh = $factory().await;
+            $crate::conformance::the_first_engine_records_a_deployment_fact(&*fresh.store).await;
+            drop(fresh);
+        }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn counts_follow_every_change() {
             let fresh = $factory().await;

@@ -16,6 +16,6 @@ mod traits;
 pub use error::{DuplicateCustomId, StoreError, StoreResult};
 pub use records::*;
 pub use traits::{
-    FileStore, IngestStore, IngestWriter, JobStore, JobWriter, LeaseStore, PlanStore, QueryStore,
-    Store, TrancheStore,
+    DeploymentStore, FileStore, IngestStore, IngestWriter, JobStore, JobWriter, LeaseStore,
+    PlanStore, QueryStore, Store, TrancheStore,
 };

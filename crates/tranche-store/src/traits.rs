@@ -320,6 +320,14 @@ pub trait LeaseStore: Send + Sync {
     async fn release_duty(&self, name: &str, token: LeaseToken) -> StoreResult<()>;
 }
 
+/// Facts every engine of a deployment must agree on (the blob store it uses).
+#[async_trait::async_trait]
+pub trait DeploymentStore: Send + Sync {
+    /// The recorded value of `key`, recording `proposed` first when there is none: the first
+    /// engine decides, every later one compares.
+    async fn deployment_fact(&self, key: &str, proposed: &str) -> StoreResult<String>;
+}
+
 /// A whole store: every capability, one backend.
 #[async_trait::async_trait]
 pub trait Store:
@@ -330,6 +338,7 @@ pub trait Store:
     + FileStore
     + IngestStore
     + LeaseStore
+    + DeploymentStore
     + std::fmt::Debug
 {
     /// Closes every connection (SQLite checkpoints its log).

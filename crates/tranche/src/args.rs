@@ -25,6 +25,10 @@ pub struct Global {
     /// The database: a SQLite file path or `sqlite:` URL [default: <data-dir>/tranche.db].
     #[arg(long, global = true, env = "TRANCHE_DATABASE_URL")]
     pub db: Option<String>,
+    /// Where bytes rest: file:///path or s3://bucket/prefix (S3 settings from AWS_*)
+    /// [default: <data-dir>/blobs].
+    #[arg(long, global = true, env = "TRANCHE_BLOB_STORE")]
+    pub blob_store: Option<String>,
     /// More log output on stderr (-v: info, -vv: debug). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -261,7 +265,11 @@ fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
 impl EngineArgs {
     /// The engine settings these flags set (the top layer over environment, file and
     /// defaults).
-    pub fn settings(&self, provider: &ProviderArgs) -> Result<EngineSettings, String> {
+    pub fn settings(
+        &self,
+        provider: &ProviderArgs,
+        blob_store: Option<&str>,
+    ) -> Result<EngineSettings, String> {
         let mut budgets = std::collections::BTreeMap::new();
         for entry in &self.token_budgets {
             let (model, tokens) = entry
@@ -284,6 +292,7 @@ impl EngineArgs {
             lease: self.lease,
             max_attempts: None,
             file_expires_after: provider.file_expires_after,
+            blob_store: blob_store.map(str::to_owned),
         })
     }
 }

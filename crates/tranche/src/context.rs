@@ -38,13 +38,15 @@ pub fn engine_settings(
     args: &EngineArgs,
     provider: &ProviderArgs,
 ) -> Result<EngineSettings, Exit> {
-    let flags = args.settings(provider).map_err(|e| Exit::usage(anyhow::anyhow!(e)))?;
+    let flags = args
+        .settings(provider, global.blob_store.as_deref())
+        .map_err(|e| Exit::usage(anyhow::anyhow!(e)))?;
     Ok(EngineSettings::layered(&global.data_dir, &flags)?)
 }
 
 /// An engine over `app` with the providers a command needs: exactly `chosen`, or every
 /// provider whose credentials are set (a worker).
-pub fn engine(
+pub async fn engine(
     app: &App,
     global: &Global,
     provider_args: &ProviderArgs,
@@ -54,11 +56,12 @@ pub fn engine(
     let settings = engine_settings(global, args, provider_args)?;
     let options = provider_args.options(settings.file_expires_after);
     let providers = tranche_app::providers(&options, chosen)?;
-    Ok(app.engine(providers, settings.engine_config(&global.data_dir)?))
+    Ok(app.engine(providers, settings.engine_config(&global.data_dir)?).await?)
 }
 
 /// An engine that only records (submit, cancel): no provider, so no credentials needed.
-pub fn recording_engine(app: &App, global: &Global) -> Result<Engine, Exit> {
+pub async fn recording_engine(app: &App, global: &Global) -> Result<Engine, Exit> {
     let settings = engine_settings(global, &EngineArgs::default(), &ProviderArgs::none())?;
-    Ok(app.engine(tranche_app::Providers::new(), settings.engine_config(&global.data_dir)?))
+    let config = settings.engine_config(&global.data_dir)?;
+    Ok(app.engine(tranche_app::Providers::new(), config).await?)
 }

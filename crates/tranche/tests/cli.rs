@@ -577,3 +577,53 @@ fn a_mistyped_setting_in_the_configuration_file_is_refused_by_name() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("max_batch_request") && stderr.contains("tranche.toml"), "{stderr}");
 }
+
+/// With `TRANCHE_BLOB_STORE=s3://...` the batches' raw results rest in S3-compatible storage,
+/// not in the data folder; an engine started with another blob store is refused by name.
+#[test]
+fn raw_results_rest_in_the_configured_blob_store_and_engines_must_share_it() {
+    let s3 = tranche_test_support::s3::S3Server::start("tranche-cli");
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let input = env.write("input.jsonl", &tranche_lines(30));
+    let url = format!("s3://{}/deployment", s3.bucket);
+    let options = s3.options();
+    let run = |extra: &[&str]| {
+        let mut cmd = env.tranche();
+        for (key, value) in &options {
+            cmd.env(key, value);
+        }
+        cmd.env("TRANCHE_BLOB_STORE", &url)
+            .args(["run", input.to_str().unwrap(), "--task", "t", "--json"])
+            .args([
+                "--base-url",
+                &sim.openai,
+                "--poll-interval",
+                "0.1",
+                "--max-batch-requests",
+                "10",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tranches = status["tranches"]["done"].as_u64().unwrap();
+    let blobs = tranche_blob::BlobStore::open_with_options(
+        &url,
+        options.iter().map(|(k, v)| (*k, v.as_str())),
+    )
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let raw = runtime.block_on(blobs.list(&tranche_blob::BlobKey::new("raw").unwrap())).unwrap();
+    assert_eq!(raw.len() as u64, tranches, "one output file per batch: {raw:?}");
+    assert!(!env.path("state/blobs").exists(), "nothing rests in the data folder");
+    assert!(!env.path("state/raw").exists());
+    // Another blob store for the same deployment is refused, naming both.
+    let out = run(&["--version", "v2", "--blob-store", "file:///tmp/elsewhere"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&url) && stderr.contains("file:///tmp/elsewhere"), "{stderr}");
+}

@@ -1,9 +1,10 @@
-//! Copying a batch's result files into raw storage, whole or not at all, before anything
-//! parses them or deletes them at the provider.
+//! Copying a batch's result files into the blob store, exactly as the provider returned them
+//! and whole or not at all, before anything parses them or deletes them at the provider.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use tracing::info;
+use tracing::{debug, info};
+use tranche_blob::BlobKey;
 use tranche_core::{TrancheId, TrancheState};
 use tranche_providers::{FileId, Provider};
 use tranche_store::{TrancheRecord, TrancheUpdate};
@@ -12,15 +13,44 @@ use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
 
-/// A partial download beside `dest`, named by the step's lease.
-fn partial_path(dest: &Path, lease: &Lease) -> PathBuf {
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    dest.with_file_name(format!("{name}.{}.partial", lease.token()))
+/// Where a tranche's raw result file `name` rests in the blob store.
+pub(crate) fn raw_key(tranche: TrancheId, name: &str) -> Result<BlobKey, EngineError> {
+    Ok(BlobKey::new(format!("raw/{tranche}/{name}"))?)
+}
+
+/// Where a raw result file came from at the provider.
+enum Source<'a> {
+    File(&'a str),
+    ResultsUrl(&'a str),
 }
 
 impl Engine {
-    pub(crate) fn raw_path(&self, tranche: TrancheId, name: &str) -> PathBuf {
-        self.config.raw_dir.join(tranche.to_string()).join(name)
+    /// A download in progress, private to the step's lease.
+    fn download_path(&self, tranche: TrancheId, name: &str, lease: &Lease) -> PathBuf {
+        self.config.outbox_dir.join(format!("raw-{tranche}-{name}.{}.partial", lease.token()))
+    }
+
+    /// Whether the raw file `name` of `tranche` is in the blob store, moving it there first
+    /// from a data folder made before the blob store when it is found there.
+    pub(crate) async fn has_raw(
+        &self,
+        tranche: TrancheId,
+        name: &str,
+    ) -> Result<bool, EngineError> {
+        let key = raw_key(tranche, name)?;
+        if self.config.blobs.size(&key).await?.is_some() {
+            return Ok(true);
+        }
+        let legacy = self.config.legacy_raw_dir.join(tranche.to_string()).join(name);
+        if tokio::fs::try_exists(&legacy).await.unwrap_or(false) {
+            let stored = self.config.blobs.put_file(&key, &legacy).await?;
+            info!(tranche = %tranche, bytes = stored.size, "moved raw results into the blob store");
+            if let Err(e) = tokio::fs::remove_file(&legacy).await {
+                debug!(path = %legacy.display(), error = %e, "could not remove a moved raw file");
+            }
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     pub(crate) async fn collect(
@@ -29,35 +59,40 @@ impl Engine {
         tranche: &TrancheRecord,
         lease: &Lease,
     ) -> Result<(), StepError> {
-        let dir = self.config.raw_dir.join(tranche.id.to_string());
-        tokio::fs::create_dir_all(&dir).await.map_err(EngineError::io("creating", &dir))?;
-        for (file, name) in
-            [(&tranche.output_file_id, "output.jsonl"), (&tranche.error_file_id, "errors.jsonl")]
-        {
-            let Some(file) = file else { continue };
-            let dest = self.raw_path(tranche.id, name);
-            if tokio::fs::try_exists(&dest).await.unwrap_or(false) {
+        let mut sources = Vec::new();
+        if let Some(file) = &tranche.output_file_id {
+            sources.push(("output.jsonl", Source::File(file)));
+        } else if let Some(url) = &tranche.results_url {
+            sources.push(("output.jsonl", Source::ResultsUrl(url)));
+        }
+        if let Some(file) = &tranche.error_file_id {
+            sources.push(("errors.jsonl", Source::File(file)));
+        }
+        for (name, source) in sources {
+            if self.has_raw(tranche.id, name).await? {
                 continue;
             }
-            // Download beside the final name and rename, so a crash never leaves a partial
-            // file that looks whole; the partial file is named by this step's lease.
-            let partial = partial_path(&dest, lease);
-            let bytes = provider.download_file(&FileId::new(file.as_str()), &partial).await?;
-            tokio::fs::rename(&partial, &dest)
+            // Downloaded into a file of this step's own, then stored whole: a crash leaves no
+            // object that looks whole, and two engines never write one path.
+            let partial = self.download_path(tranche.id, name, lease);
+            tokio::fs::create_dir_all(&self.config.outbox_dir)
                 .await
-                .map_err(EngineError::io("renaming", &partial))?;
-            info!(tranche = %tranche.id, file = %file, bytes, "stored raw results");
-        }
-        if let Some(url) = &tranche.results_url {
-            let dest = self.raw_path(tranche.id, "output.jsonl");
-            if !tokio::fs::try_exists(&dest).await.unwrap_or(false) {
-                let partial = partial_path(&dest, lease);
-                let bytes = provider.download_results(url, &partial).await?;
-                tokio::fs::rename(&partial, &dest)
-                    .await
-                    .map_err(EngineError::io("renaming", &partial))?;
-                info!(tranche = %tranche.id, bytes, "stored raw results");
-            }
+                .map_err(EngineError::io("creating the outbox", &self.config.outbox_dir))?;
+            let bytes = match source {
+                Source::File(file) => provider.download_file(&FileId::new(file), &partial).await,
+                Source::ResultsUrl(url) => provider.download_results(url, &partial).await,
+            };
+            let bytes = match bytes {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    let _ = tokio::fs::remove_file(&partial).await;
+                    return Err(e.into());
+                }
+            };
+            let stored = self.config.blobs.put_file(&raw_key(tranche.id, name)?, &partial).await;
+            let _ = tokio::fs::remove_file(&partial).await;
+            let stored = stored.map_err(EngineError::from)?;
+            info!(tranche = %tranche.id, file = name, bytes, sha256 = %stored.sha256, "stored raw results");
         }
         self.transition(lease, TrancheUpdate::to(TrancheState::Ingesting, self.now())).await?;
         Ok(())

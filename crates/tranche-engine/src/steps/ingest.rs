@@ -1,9 +1,11 @@
 //! Ingesting raw results: each line matched to its request by wire id, successes recorded
 //! in bulk, failures decided one by one by the retry policy, the rest accounted for.
 
+use futures::TryStreamExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_util::io::StreamReader;
 use tracing::{info, warn};
 use tranche_core::TrancheState;
 use tranche_providers::{BatchStatus, LineError, LineOutcome, Provider};
@@ -15,6 +17,7 @@ use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
 use crate::policy::{self, Budget, Failure};
+use crate::steps::collect::raw_key;
 
 fn line_error_json(e: &LineError) -> String {
     serde_json::to_string(e).unwrap_or_else(|_| e.message.clone())
@@ -58,21 +61,22 @@ impl Engine {
             ("output.jsonl", tranche.output_file_id.is_some() || tranche.results_url.is_some()),
             ("errors.jsonl", tranche.error_file_id.is_some()),
         ] {
-            let path = self.raw_path(tranche.id, name);
-            let file = match tokio::fs::File::open(&path).await {
-                Ok(file) => file,
-                // A result file the batch has but raw storage lacks (this engine's raw folder
-                // is not the one that collected it) is collected again, never taken as empty.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && expected => {
-                    drop(writer);
-                    warn!(tranche = %tranche.id, file = name, "raw results missing; collecting them again");
-                    let update = TrancheUpdate::to(TrancheState::Collecting, now);
-                    return Ok(self.transition(lease, update).await?);
+            if !self.has_raw(tranche.id, name).await? {
+                if !expected {
+                    continue;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(EngineError::io("opening", &path)(e).into()),
-            };
-            let mut lines = BufReader::new(file).lines();
+                // A result file the batch has but the blob store lacks is collected again,
+                // never taken as empty.
+                drop(writer);
+                warn!(tranche = %tranche.id, file = name, "raw results missing; collecting them again");
+                let update = TrancheUpdate::to(TrancheState::Collecting, now);
+                return Ok(self.transition(lease, update).await?);
+            }
+            let key = raw_key(tranche.id, name)?;
+            let chunks = self.config.blobs.stream(&key).await.map_err(EngineError::from)?;
+            let reader = StreamReader::new(chunks.map_err(std::io::Error::other));
+            let mut lines = BufReader::new(reader).lines();
+            let path = std::path::PathBuf::from(key.as_str());
             while let Some(line) =
                 lines.next_line().await.map_err(EngineError::io("reading", &path))?
             {

@@ -15,12 +15,12 @@ pub async fn run(app: App, global: &Global, args: CancelArgs) -> CmdResult {
     let id = job.id;
     if args.no_wait {
         // Recording the cancel calls no provider; a worker carries it out.
-        let engine = context::recording_engine(&app, global)?;
+        let engine = context::recording_engine(&app, global).await?;
         let cancelled = app.cancel(&engine, &job).await?;
         tracing::info!(job = %id, cancelled, "cancel recorded");
     } else {
         let engine =
-            context::engine(&app, global, &args.provider, Some(job.provider), &args.engine)?;
+            context::engine(&app, global, &args.provider, Some(job.provider), &args.engine).await?;
         let cancelled = app.cancel(&engine, &job).await?;
         tracing::info!(job = %id, cancelled, "cancel recorded");
         engine.drive(Until::JobEnds(id), &CancellationToken::new(), || {}).await?;

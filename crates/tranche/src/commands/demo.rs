@@ -49,7 +49,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
         retry_backoff: Duration::from_millis(500),
         ..EngineConfig::in_dir(&dir)
     };
-    let engine = app.engine(Providers::new().with(Arc::new(provider)), config);
+    let engine = app.engine(Providers::new().with(Arc::new(provider)), config).await?;
 
     let input = dir.join("input.jsonl");
     std::fs::write(&input, sample_lines(args.requests))

@@ -13,7 +13,7 @@ use crate::render::{self, JobProgress};
 
 pub async fn submit(app: App, global: &Global, args: SubmitArgs) -> CmdResult {
     // Accepting a job sends nothing, so it needs no provider credentials.
-    let engine = context::recording_engine(&app, global)?;
+    let engine = context::recording_engine(&app, global).await?;
     let settings = args.input.job_settings();
     let submitted = app.submit_file(&engine, &args.file, args.input.provider, settings).await?;
     if args.json {
@@ -28,7 +28,8 @@ pub async fn submit(app: App, global: &Global, args: SubmitArgs) -> CmdResult {
 pub async fn run(app: App, global: &Global, args: RunArgs) -> CmdResult {
     let started = Instant::now();
     let engine =
-        context::engine(&app, global, &args.provider, Some(args.input.provider), &args.engine)?;
+        context::engine(&app, global, &args.provider, Some(args.input.provider), &args.engine)
+            .await?;
     let settings = args.input.job_settings();
     let submitted = app.submit_file(&engine, &args.file, args.input.provider, settings).await?;
     tracing::info!(job = %submitted.job_id, accepted = submitted.accepted, "job accepted");

@@ -10,7 +10,7 @@ use crate::context;
 use crate::exit::CmdResult;
 
 pub async fn run(app: App, global: &Global, args: WorkerArgs) -> CmdResult {
-    let engine = context::engine(&app, global, &args.provider, None, &args.engine)?;
+    let engine = context::engine(&app, global, &args.provider, None, &args.engine).await?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {

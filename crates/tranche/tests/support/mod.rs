@@ -37,7 +37,8 @@ impl Env {
         let mut cmd = Command::new(BIN);
         cmd.env("TRANCHE_DATA_DIR", self.path("state"))
             .env_remove("TRANCHE_DATABASE_URL")
-            .env_remove("TRANCHE_CONFIG");
+            .env_remove("TRANCHE_CONFIG")
+            .env_remove("TRANCHE_BLOB_STORE");
         // Engine settings from the developer's environment must not leak into a test.
         for key in ["POLL_INTERVAL", "MIN_BATCH_SIZE", "MAX_WAIT", "MAX_BATCH_REQUESTS"] {
             cmd.env_remove(format!("TRANCHE_{key}"));
