@@ -11,6 +11,10 @@ use tokio::io::AsyncWriteExt;
 
 use crate::{BlobError, BlobKey, BlobRef};
 
+/// Bytes buffered before an object goes out in parts, and the size of each part (S3's
+/// smallest part is 5 MiB).
+const PART_BYTES: usize = 5 << 20;
+
 /// Streams one object. Dropped or aborted before [`BlobWriter::finish`], it leaves no object
 /// under its key (a multipart upload is never completed; a local staging file is not the
 /// object's name).
@@ -29,7 +33,9 @@ impl std::fmt::Debug for BlobWriter {
 
 impl BlobWriter {
     pub(crate) fn new(store: Arc<dyn ObjectStore>, key: BlobKey) -> Self {
-        let inner = BufWriter::new(store, key.path());
+        // Parts of S3's minimum size, two in flight: memory stays at a few parts, whatever
+        // the object's size.
+        let inner = BufWriter::with_capacity(store, key.path(), PART_BYTES).with_max_concurrency(2);
         Self { inner: Some(inner), key, hasher: Sha256::new(), size: 0 }
     }
 
