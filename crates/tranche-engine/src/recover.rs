@@ -2,13 +2,13 @@
 //! is looked for at the provider (file by name, batch by metadata or by results) before it is
 //! repeated.
 
+use futures::TryStreamExt;
 use tracing::{info, warn};
 use tranche_core::TrancheState;
 use tranche_providers::Provider;
 use tranche_store::{TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
-use crate::error::EngineError;
 use crate::lease::Lease;
 
 /// What the provider's batch list says about a tranche whose create was not recorded.
@@ -60,7 +60,7 @@ impl Engine {
         tranche: &TrancheRecord,
         lease: &Lease,
     ) -> Result<bool, StepError> {
-        match self.find_batch(provider, tranche, lease).await? {
+        match self.find_batch(provider, tranche).await? {
             Adoption::Found(batch) => {
                 let now = self.now();
                 let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
@@ -98,7 +98,6 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
-        lease: &Lease,
     ) -> Result<Adoption, StepError> {
         const CLOCK_SLACK: i64 = 300;
         let since = tranche.created_at - CLOCK_SLACK;
@@ -137,7 +136,7 @@ impl Engine {
         }
         // Count and time make a batch a candidate, never a certainty: another tranche's lost
         // create looks the same. Only the results' custom ids settle it.
-        self.confirm_by_results(provider, tranche, lease, candidates).await
+        self.confirm_by_results(provider, tranche, candidates).await
     }
 
     /// Among candidate batches without metadata, finds the one whose results name this
@@ -147,28 +146,29 @@ impl Engine {
         &self,
         provider: &dyn Provider,
         tranche: &TrancheRecord,
-        lease: &Lease,
         candidates: Vec<tranche_providers::RemoteBatch>,
     ) -> Result<Adoption, StepError> {
         let mut running = 0;
-        let dir = self.config.outbox_dir.clone();
-        tokio::fs::create_dir_all(&dir).await.map_err(EngineError::io("creating", &dir))?;
         for batch in candidates {
             let Some(url) = batch.results_url.as_deref().filter(|_| batch.status.is_terminal())
             else {
                 running += 1;
                 continue;
             };
-            let probe = dir.join(format!("candidate-{}.{}.jsonl", batch.id, lease.token()));
-            provider.download_results(url, &probe).await?;
-            let first = tokio::fs::read_to_string(&probe)
-                .await
-                .map_err(EngineError::io("reading", &probe))?
+            // The first result line is enough: read until it is whole, then stop.
+            let mut results = provider.download_results(url).await?.stream;
+            let mut head = Vec::new();
+            while !head.contains(&b'\n') {
+                match results.try_next().await? {
+                    Some(chunk) => head.extend_from_slice(&chunk),
+                    None => break,
+                }
+            }
+            let first = String::from_utf8_lossy(&head)
                 .lines()
                 .find(|l| !l.trim().is_empty())
                 .and_then(|line| provider.parse_result_line(line).ok())
                 .map(|line| line.wire_id);
-            let _ = tokio::fs::remove_file(&probe).await;
             if let Some(wire_id) = first
                 && self.store.tranche_has_wire_id(tranche.id, &wire_id).await?
             {

@@ -4,7 +4,6 @@
 //! Anthropic has no files, so the file operations answer `Unsupported`.
 
 use std::fmt;
-use std::path::Path;
 
 use reqwest::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use reqwest::{Method, RequestBuilder, Url};
@@ -20,6 +19,7 @@ use crate::error::{
 use crate::http::{self, RetryPolicy, account_of};
 use crate::oai;
 use crate::provider::Provider;
+use crate::streams::{Download, UploadBody, trim_line_end};
 use crate::time::{opt_timestamp, timestamp};
 use crate::types::WirePage;
 use crate::types::{
@@ -261,7 +261,7 @@ impl Provider for AnthropicProvider {
     async fn upload_batch_file(
         &self,
         _tranche: TrancheId,
-        _path: &Path,
+        _body: UploadBody,
     ) -> Result<UploadedFile, UpstreamError> {
         Err(Self::unsupported("Message Batches carry their requests inline; there are no files"))
     }
@@ -269,22 +269,14 @@ impl Provider for AnthropicProvider {
     /// Streams the inline input file into `{"requests":[<line>,<line>,...]}` (each line's bytes
     /// as they are, never parsed), with an exact `Content-Length`. Never retried.
     async fn create_batch(&self, req: CreateBatch<'_>) -> Result<RemoteBatch, UpstreamError> {
-        let BatchInput::Inline(path) = req.input else {
+        let BatchInput::Inline(input) = req.input else {
             return Err(Self::unsupported(
                 "Message Batches carry their requests inline, not in an uploaded file",
             ));
         };
-        let io_error = |err: std::io::Error| {
-            UpstreamError::new(
-                PROVIDER,
-                ErrorKind::Io,
-                format!("cannot read {}: {err}", path.display()),
-            )
-        };
-        let (lines, bytes) = measure_lines(path).await.map_err(io_error)?;
+        let (lines, bytes) = (input.count, input.line_bytes);
         let length = create_body_length(lines, bytes);
-        let file = tokio::fs::File::open(path).await.map_err(io_error)?;
-        let body = reqwest::Body::wrap_stream(create_body_stream(file));
+        let body = reqwest::Body::wrap_stream(create_body_stream(input.lines.into_reader()));
 
         let method = Method::POST;
         let url = self.url(&[]);
@@ -334,7 +326,7 @@ impl Provider for AnthropicProvider {
         Ok(batch.into())
     }
 
-    async fn download_file(&self, _id: &FileId, _dest: &Path) -> Result<u64, UpstreamError> {
+    async fn download_file(&self, _id: &FileId) -> Result<Download, UpstreamError> {
         Err(Self::unsupported("Message Batches have no files; results come from `results_url`"))
     }
 
@@ -343,7 +335,7 @@ impl Provider for AnthropicProvider {
     }
 
     /// Streams the results JSONL to `dest`; retried on transient failures.
-    async fn download_results(&self, results_url: &str, dest: &Path) -> Result<u64, UpstreamError> {
+    async fn download_results(&self, results_url: &str) -> Result<Download, UpstreamError> {
         let url = self.resolve_results_url(results_url).map_err(|why| {
             UpstreamError::new(
                 PROVIDER,
@@ -356,11 +348,11 @@ impl Provider for AnthropicProvider {
         let result = http::with_retries(&self.retry, true, || async {
             let request =
                 self.request(method.clone(), url.clone()).header(ACCEPT, "application/binary");
-            let response = http::send(PROVIDER, request, &method, &path).await?;
-            http::stream_to_file(PROVIDER, response, dest, &method, &path).await
+            http::send(PROVIDER, request, &method, &path).await
         })
         .await;
-        result.map_err(|err| self.redact(err))
+        let response = result.map_err(|err| self.redact(err))?;
+        Ok(http::into_download(PROVIDER, response, &method, &path))
     }
 
     /// `DELETE /v1/messages/batches/{id}` (only once it has ended); 404 counts as deleted.
@@ -381,32 +373,8 @@ impl Provider for AnthropicProvider {
     }
 }
 
-/// A line without its line end (`\n`, `\r\n`).
-fn trim_line_end(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
-}
-
 fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
-}
-
-/// The inline input file's non-blank lines: how many, and their bytes without line ends.
-async fn measure_lines(path: &Path) -> std::io::Result<(u64, u64)> {
-    let mut reader = BufReader::new(tokio::fs::File::open(path).await?);
-    let mut line = Vec::new();
-    let (mut count, mut bytes) = (0u64, 0u64);
-    loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line).await? == 0 {
-            return Ok((count, bytes));
-        }
-        let content = trim_line_end(&line);
-        if !is_blank(content) {
-            count += 1;
-            bytes += content.len() as u64;
-        }
-    }
 }
 
 /// The create body's length for `lines` lines of `bytes` bytes in total.
@@ -415,8 +383,8 @@ fn create_body_length(lines: u64, bytes: u64) -> u64 {
 }
 
 /// Where the create body stream is.
-struct BodyState {
-    reader: BufReader<tokio::fs::File>,
+struct BodyState<R> {
+    reader: BufReader<R>,
     line: Vec<u8>,
     started: bool,
     first: bool,
@@ -425,11 +393,11 @@ struct BodyState {
 
 /// `{"requests":[` + the file's non-blank lines joined by `,` + `]}`, read in chunks of about
 /// `BODY_CHUNK` bytes: at most one chunk and one line are held at a time.
-fn create_body_stream(
-    file: tokio::fs::File,
+fn create_body_stream<R: tokio::io::AsyncRead + Send + Unpin + 'static>(
+    lines: R,
 ) -> impl futures::Stream<Item = std::io::Result<Vec<u8>>> + Send + 'static {
     let state = BodyState {
-        reader: BufReader::new(file),
+        reader: BufReader::new(lines),
         line: Vec::new(),
         started: false,
         first: true,
@@ -663,6 +631,7 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
+    use crate::streams::InlineInput;
 
     const KEY: &str = "sk-ant-test-0123456789abcdef";
 
@@ -849,7 +818,8 @@ mod tests {
             "{{\"custom_id\":\"a\",\"params\":{{}}}}\r\n\n  \n{long}\n{{\"custom_id\":\"c\",\"params\":{{\"k\":[1, 2]}}}}"
         );
         std::fs::write(&path, &text).unwrap();
-        let (lines, bytes) = measure_lines(&path).await.unwrap();
+        let input = InlineInput::from_file(&path).await.unwrap();
+        let (lines, bytes) = (input.count, input.line_bytes);
         assert_eq!(lines, 3);
         let file = tokio::fs::File::open(&path).await.unwrap();
         let chunks: Vec<Vec<u8>> = create_body_stream(file).map(|c| c.unwrap()).collect().await;
@@ -939,10 +909,11 @@ mod tests {
     #[tokio::test]
     async fn file_operations_are_unsupported() {
         let p = provider();
-        let err = p.upload_batch_file(TrancheId::new(), Path::new("x.jsonl")).await.unwrap_err();
+        let body = UploadBody::from_bytes("{}\n");
+        let err = p.upload_batch_file(TrancheId::new(), body).await.unwrap_err();
         assert_eq!((err.kind, err.provider), (ErrorKind::Unsupported, PROVIDER));
         assert!(!err.retryable());
-        let err = p.download_file(&FileId::new("f"), Path::new("x")).await.unwrap_err();
+        let err = p.download_file(&FileId::new("f")).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unsupported);
         let err = p.delete_file(&FileId::new("f")).await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unsupported);
@@ -956,14 +927,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unsupported);
-        let err = p
-            .create_batch(CreateBatch {
-                tranche_id: TrancheId::new(),
-                input: BatchInput::Inline(Path::new("/nonexistent/in.jsonl")),
-                endpoint: Endpoint::AnthropicMessages,
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind, ErrorKind::Io);
+        let missing = InlineInput::from_file(std::path::Path::new("/nonexistent/in.jsonl")).await;
+        assert_eq!(missing.unwrap_err().kind(), std::io::ErrorKind::NotFound);
     }
 }

@@ -3,16 +3,16 @@
 //! Only reads and deletes are retried here (they are safe to repeat); uploads and creates are sent
 //! once, because repeating them could create a second file or batch (invariant 2).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
 use rand::Rng;
 use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
-use tokio::io::AsyncWriteExt;
 use tranche_core::{AccountId, ProviderKind};
 
 use crate::error::{ConfigError, ErrorKind, UpstreamError, request_id_from_headers};
+use crate::streams::Download;
 
 /// `tranche/<version>`, sent with every request.
 pub const USER_AGENT: &str = concat!("tranche/", env!("CARGO_PKG_VERSION"));
@@ -196,37 +196,23 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
     })
 }
 
-/// Streams a 2xx body into `dest` (created or truncated), fsyncs it, and returns the bytes written.
-pub(crate) async fn stream_to_file(
+/// A 2xx body as a download: its bytes as they arrive, a broken transfer an upstream error.
+pub(crate) fn into_download(
     provider: ProviderKind,
-    mut response: Response,
-    dest: &Path,
+    response: Response,
     method: &Method,
     path: &str,
-) -> Result<u64, UpstreamError> {
-    let io_error = |action: &str, err: std::io::Error| {
-        UpstreamError::new(provider, ErrorKind::Io, format!("{action} {}: {err}", dest.display()))
-    };
-    let mut file =
-        tokio::fs::File::create(dest).await.map_err(|err| io_error("cannot create", err))?;
-    let mut written: u64 = 0;
-    loop {
-        let chunk = match response.chunk().await {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => break,
-            Err(err) => {
-                let mut e = transport_error(provider, err, method, path);
-                e.status = Some(response.status().as_u16());
-                e.request_id = request_id_from_headers(response.headers());
-                return Err(e);
-            }
-        };
-        file.write_all(&chunk).await.map_err(|err| io_error("cannot write", err))?;
-        written += chunk.len() as u64;
-    }
-    file.flush().await.map_err(|err| io_error("cannot write", err))?;
-    file.sync_all().await.map_err(|err| io_error("cannot sync", err))?;
-    Ok(written)
+) -> Download {
+    let (method, path) = (method.clone(), path.to_owned());
+    let status = response.status().as_u16();
+    let request_id = request_id_from_headers(response.headers());
+    let stream = response.bytes_stream().map_err(move |err| {
+        let mut e = transport_error(provider, err, &method, &path);
+        e.status = Some(status);
+        e.request_id.clone_from(&request_id);
+        e
+    });
+    Download { stream: stream.boxed() }
 }
 
 /// A failure below HTTP: timeout, no connection, or a broken one.

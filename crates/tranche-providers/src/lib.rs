@@ -12,6 +12,7 @@ mod http;
 mod oai;
 pub mod openai;
 mod provider;
+mod streams;
 mod time;
 mod types;
 
@@ -21,6 +22,7 @@ pub use error::{ConfigError, ErrorKind, LineParseError, UpstreamError};
 pub use http::{RetryPolicy, USER_AGENT, http_client};
 pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use provider::Provider;
+pub use streams::{Download, InlineInput, ProviderFiles, UploadBody};
 pub use types::{
     BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId,
     InputTransport, LineError, LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,

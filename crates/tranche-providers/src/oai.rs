@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 
 use reqwest::header::HeaderValue;
 use reqwest::multipart::{Form, Part};
@@ -20,6 +19,7 @@ use crate::error::{
     status_is_retryable,
 };
 use crate::http::{self, RetryPolicy};
+use crate::streams::{Download, UploadBody};
 use crate::time::{opt_timestamp, timestamp};
 use crate::types::WirePage;
 use crate::types::{
@@ -229,24 +229,17 @@ impl OaiClient {
         result.map_err(|err| self.redact(err))
     }
 
-    /// Uploads a JSONL file (streamed) as `tranche-<id>.jsonl`, purpose batch. Never retried.
+    /// Uploads JSONL input lines (streamed) as `tranche-<id>.jsonl`, purpose batch. Never
+    /// retried.
     pub(crate) async fn upload(
         &self,
         tranche: TrancheId,
-        path: &Path,
+        body: UploadBody,
     ) -> Result<UploadedFile, UpstreamError> {
         let provider = self.provider();
         let filename = format!("tranche-{tranche}.jsonl");
-        let io_error = |err: std::io::Error| {
-            UpstreamError::new(
-                provider,
-                ErrorKind::Io,
-                format!("cannot read {}: {err}", path.display()),
-            )
-        };
-        let file = tokio::fs::File::open(path).await.map_err(io_error)?;
-        let len = file.metadata().await.map_err(io_error)?.len();
-        let part = Part::stream_with_length(file, len)
+        let len = body.len;
+        let part = Part::stream_with_length(reqwest::Body::wrap_stream(body.stream), len)
             .file_name(filename.clone())
             .mime_str("application/jsonl")
             .map_err(|err| UpstreamError::new(provider, ErrorKind::Transport, err.to_string()))?;
@@ -384,21 +377,19 @@ impl OaiClient {
         Ok(batch.into())
     }
 
-    /// Streams a file's content to `dest`; retried on transient failures (each attempt rewrites
-    /// `dest` from the start).
-    pub(crate) async fn download(&self, id: &FileId, dest: &Path) -> Result<u64, UpstreamError> {
+    /// A file's content as a stream; the request is retried on transient failures until an
+    /// answer starts.
+    pub(crate) async fn download(&self, id: &FileId) -> Result<Download, UpstreamError> {
         let provider = self.provider();
         let method = Method::GET;
         let url = self.url(&["files", id.as_str(), "content"]);
         let path = url.path().to_owned();
         let result = http::with_retries(&self.retry, true, || async {
-            let response =
-                http::send(provider, self.request(method.clone(), url.clone()), &method, &path)
-                    .await?;
-            http::stream_to_file(provider, response, dest, &method, &path).await
+            http::send(provider, self.request(method.clone(), url.clone()), &method, &path).await
         })
         .await;
-        result.map_err(|err| self.redact(err))
+        let response = result.map_err(|err| self.redact(err))?;
+        Ok(http::into_download(provider, response, &method, &path))
     }
 
     /// Deletes a file; 404 counts as already deleted. Retried on transient failures.
@@ -744,9 +735,9 @@ macro_rules! forward_provider {
             async fn upload_batch_file(
                 &self,
                 tranche: tranche_core::TrancheId,
-                path: &std::path::Path,
+                body: $crate::streams::UploadBody,
             ) -> Result<$crate::types::UploadedFile, $crate::error::UpstreamError> {
-                self.client.upload(tranche, path).await
+                self.client.upload(tranche, body).await
             }
 
             async fn create_batch(
@@ -781,9 +772,8 @@ macro_rules! forward_provider {
             async fn download_file(
                 &self,
                 id: &$crate::types::FileId,
-                dest: &std::path::Path,
-            ) -> Result<u64, $crate::error::UpstreamError> {
-                self.client.download(id, dest).await
+            ) -> Result<$crate::streams::Download, $crate::error::UpstreamError> {
+                self.client.download(id).await
             }
 
             async fn delete_file(

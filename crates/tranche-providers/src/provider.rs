@@ -1,10 +1,9 @@
 //! The `Provider` trait: one method per step of a provider batch's life, provider-neutral.
 
-use std::path::Path;
-
 use tranche_core::{AccountId, ProviderKind, TrancheId};
 
 use crate::error::{ErrorKind, LineParseError, UpstreamError};
+use crate::streams::{Download, UploadBody};
 use crate::types::{
     BatchId, BatchPage, CreateBatch, FileId, InputTransport, RemoteBatch, ResultLine, UploadedFile,
 };
@@ -29,12 +28,12 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         InputTransport::UploadFile
     }
 
-    /// Uploads the JSONL file at `path` (streamed from disk, never read whole into memory) as
+    /// Uploads `body` (JSONL input lines, streamed, never whole in memory) as
     /// `tranche-<tranche id>.jsonl`, purpose batch, with the configured expiry.
     async fn upload_batch_file(
         &self,
         tranche: TrancheId,
-        path: &Path,
+        body: UploadBody,
     ) -> Result<UploadedFile, UpstreamError>;
 
     /// Creates the batch; metadata carries {"tranche_id": "<id>"}; completion window 24h; output
@@ -53,10 +52,9 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
 
     async fn cancel_batch(&self, id: &BatchId) -> Result<RemoteBatch, UpstreamError>;
 
-    /// Streams a file's content to `dest` (create/truncate), fsyncs, returns bytes written.
-    /// Never holds the whole file in memory. On error `dest` may hold a partial file, which the
-    /// caller discards.
-    async fn download_file(&self, id: &FileId, dest: &Path) -> Result<u64, UpstreamError>;
+    /// A file's content as a stream, never whole in memory. The request is retried until an
+    /// answer starts; a transfer broken after that is an error the caller retries whole.
+    async fn download_file(&self, id: &FileId) -> Result<Download, UpstreamError>;
 
     /// Deletes a file; a file that is already gone (404) counts as deleted.
     async fn delete_file(&self, id: &FileId) -> Result<(), UpstreamError>;
@@ -78,10 +76,10 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         true
     }
 
-    /// Streams a batch's results from its `results_url` to `dest`, for providers that serve
-    /// results that way. Returns bytes written.
-    async fn download_results(&self, results_url: &str, dest: &Path) -> Result<u64, UpstreamError> {
-        let _ = (results_url, dest);
+    /// A batch's results from its `results_url`, as a stream, for providers that serve results
+    /// that way.
+    async fn download_results(&self, results_url: &str) -> Result<Download, UpstreamError> {
+        let _ = results_url;
         Err(UpstreamError::new(
             self.kind(),
             ErrorKind::Unsupported,

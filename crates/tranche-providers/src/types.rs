@@ -195,17 +195,17 @@ pub enum InputTransport {
 }
 
 /// A batch's input, as its provider's transport wants it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub enum BatchInput<'a> {
     /// An uploaded file.
     File(&'a FileId),
-    /// A local JSONL file of input lines (as written by `tranche_core::codec::write_input_line`), sent
-    /// in the create call.
-    Inline(&'a std::path::Path),
+    /// The input lines themselves (as `tranche_core::codec::write_input_line` writes them),
+    /// sent in the create call.
+    Inline(crate::streams::InlineInput),
 }
 
 /// What to create a batch from.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct CreateBatch<'a> {
     pub tranche_id: TrancheId,
     pub input: BatchInput<'a>,

@@ -17,8 +17,9 @@ use serde_json::value::RawValue;
 use tranche_core::{Endpoint, ProviderKind, TrancheId};
 use tranche_providers::{
     AnthropicConfig, AnthropicProvider, AzureConfig, AzureProvider, BatchId, BatchInput,
-    BatchStatus, CreateBatch, ErrorKind, FileId, InputTransport, LineOutcome, OpenAiConfig,
-    OpenAiProvider, Provider, RemoteBatch, RetryPolicy, UpstreamError, http_client,
+    BatchStatus, CreateBatch, ErrorKind, FileId, InlineInput, InputTransport, LineOutcome,
+    OpenAiConfig, OpenAiProvider, Provider, ProviderFiles, RemoteBatch, RetryPolicy, UpstreamError,
+    http_client,
 };
 use tranche_sim::{HttpFault, SimConfig, SimHandle, Simulator};
 
@@ -235,7 +236,7 @@ async fn try_submit(
     let wire_ids = write_input(target, provider, &path, n);
     let (input_file, batch) = match provider.transport() {
         InputTransport::UploadFile => {
-            let file = provider.upload_batch_file(tranche, &path).await?;
+            let file = provider.upload_path(tranche, &path).await?;
             assert_eq!(file.filename, format!("tranche-{tranche}.jsonl"));
             assert_eq!(file.bytes, std::fs::metadata(&path).unwrap().len());
             assert_eq!(
@@ -255,7 +256,7 @@ async fn try_submit(
             let batch = provider
                 .create_batch(CreateBatch {
                     tranche_id: tranche,
-                    input: BatchInput::Inline(&path),
+                    input: BatchInput::Inline(InlineInput::from_file(&path).await.unwrap()),
                     endpoint: target.endpoint(),
                 })
                 .await?;
@@ -288,14 +289,14 @@ async fn fetch_results(provider: &dyn Provider, batch: &RemoteBatch, dir: &Path)
     for (id, name) in [(&batch.output_file_id, "output"), (&batch.error_file_id, "errors")] {
         if let Some(id) = id {
             let dest = dir.join(format!("{}-{name}.jsonl", batch.id));
-            let written = provider.download_file(id, &dest).await.unwrap();
+            let written = provider.download_to(id, &dest).await.unwrap();
             assert_eq!(written, std::fs::metadata(&dest).unwrap().len());
             files.push(dest);
         }
     }
     if let Some(url) = &batch.results_url {
         let dest = dir.join(format!("{}-results.jsonl", batch.id));
-        let written = provider.download_results(url, &dest).await.unwrap();
+        let written = provider.results_to(url, &dest).await.unwrap();
         assert_eq!(written, std::fs::metadata(&dest).unwrap().len());
         files.push(dest);
     }
@@ -384,7 +385,7 @@ async fn full_lifecycle(target: Target) {
     if target.kind() == ProviderKind::Azure {
         let errors = done.error_file_id.as_ref().expect("azure always has an error file");
         let dest = dir.path().join("azure-errors.jsonl");
-        assert_eq!(provider.download_file(errors, &dest).await.unwrap(), 0);
+        assert_eq!(provider.download_to(errors, &dest).await.unwrap(), 0);
     }
 
     // Clean up: every file deleted (twice is fine), or the ended batch deleted.
@@ -400,7 +401,7 @@ async fn full_lifecycle(target: Target) {
                 provider.delete_file(file).await.unwrap();
                 provider.delete_file(file).await.unwrap();
             }
-            let err = provider.download_file(files[1], &dir.path().join("gone")).await.unwrap_err();
+            let err = provider.download_to(files[1], &dir.path().join("gone")).await.unwrap_err();
             assert_http_error(target, &err, 404, false);
         }
         InputTransport::Inline => {
@@ -626,19 +627,19 @@ async fn error_quota_exceeded(target: Target) {
     for i in 0..3 {
         let path = dir.path().join(format!("in-{i}.jsonl"));
         write_input(target, provider.as_ref(), &path, 1);
-        let file = provider.upload_batch_file(TrancheId::new(), &path).await.unwrap();
+        let file = provider.upload_path(TrancheId::new(), &path).await.unwrap();
         assert_eq!(file.expires_at, None);
     }
     let path = dir.path().join("in-4.jsonl");
     write_input(target, provider.as_ref(), &path, 1);
-    let err = provider.upload_batch_file(TrancheId::new(), &path).await.unwrap_err();
+    let err = provider.upload_path(TrancheId::new(), &path).await.unwrap_err();
     assert_http_error(target, &err, 400, false);
     assert_eq!(err.code.as_deref(), Some("quotaExceeded"));
     assert!(err.message.contains("quota"), "{err}");
     assert!(err.to_string().starts_with("azure returned 400 quotaExceeded: The quota"), "{err}");
     // With an expiry (the default), the same resource still takes files.
     let with_expiry = (target.setup_fn())(&sim, Options::default());
-    let file = with_expiry.upload_batch_file(TrancheId::new(), &path).await.unwrap();
+    let file = with_expiry.upload_path(TrancheId::new(), &path).await.unwrap();
     assert_eq!(file.expires_at, Some(file.created_at + 1_209_600));
 }
 

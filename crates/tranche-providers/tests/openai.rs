@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use tranche_core::{Endpoint, TrancheId};
 use tranche_providers::{
     BatchId, BatchInput, BatchStatus, CreateBatch, ErrorKind, FileId, LineOutcome, OpenAiConfig,
-    OpenAiProvider, Provider, RemoteBatch, http_client,
+    OpenAiProvider, Provider, ProviderFiles, RemoteBatch, http_client,
 };
 use tranche_sim::{SimConfig, SimHandle, Simulator};
 
@@ -77,7 +77,7 @@ async fn submit(
     let tranche = TrancheId::new();
     let path = dir.join(format!("{tranche}.jsonl"));
     let ids = write_input(provider, &path, n);
-    let file = provider.upload_batch_file(tranche, &path).await.unwrap();
+    let file = provider.upload_path(tranche, &path).await.unwrap();
     let batch = provider
         .create_batch(CreateBatch {
             tranche_id: tranche,
@@ -98,7 +98,7 @@ async fn full_lifecycle() {
     let ids = write_input(&provider, &input, 25);
 
     // Upload: named after the tranche, with the default 7-day expiry.
-    let file = provider.upload_batch_file(tranche, &input).await.unwrap();
+    let file = provider.upload_path(tranche, &input).await.unwrap();
     assert_eq!(file.filename, format!("tranche-{tranche}.jsonl"));
     assert_eq!(file.bytes, std::fs::metadata(&input).unwrap().len());
     assert_eq!(file.expires_at, Some(file.created_at + 604_800));
@@ -130,7 +130,7 @@ async fn full_lifecycle() {
 
     // Download to disk and parse every line.
     let dest = dir.path().join("output.jsonl");
-    let written = provider.download_file(&output, &dest).await.unwrap();
+    let written = provider.download_to(&output, &dest).await.unwrap();
     let text = std::fs::read_to_string(&dest).unwrap();
     assert_eq!(written, text.len() as u64);
     let mut seen = BTreeSet::new();
@@ -152,7 +152,7 @@ async fn full_lifecycle() {
     provider.delete_file(&file.id).await.unwrap();
     provider.delete_file(&output).await.unwrap();
     provider.delete_file(&output).await.unwrap();
-    let err = provider.download_file(&output, &dest).await.unwrap_err();
+    let err = provider.download_to(&output, &dest).await.unwrap_err();
     assert_eq!(err.status, Some(404));
 
     let stats = sim.stats();
@@ -176,7 +176,7 @@ async fn failed_lines_come_back_as_line_errors() {
     assert_eq!(done.request_counts.failed, 6);
     let errors = done.error_file_id.clone().unwrap();
     let dest = dir.path().join("errors.jsonl");
-    provider.download_file(&errors, &dest).await.unwrap();
+    provider.download_to(&errors, &dest).await.unwrap();
     let mut seen = BTreeSet::new();
     for line in std::fs::read_to_string(&dest).unwrap().lines() {
         let parsed = provider.parse_result_line(line).unwrap();
@@ -201,7 +201,7 @@ async fn retryable_line_faults_are_retryable() {
     let (_, _, batch, _) = submit(&provider, dir.path(), 3).await;
     let done = run_to_end(&sim, &provider, &batch.id).await;
     let dest = dir.path().join("errors.jsonl");
-    provider.download_file(&done.error_file_id.clone().unwrap(), &dest).await.unwrap();
+    provider.download_to(&done.error_file_id.clone().unwrap(), &dest).await.unwrap();
     let text = std::fs::read_to_string(&dest).unwrap();
     assert_eq!(text.lines().count(), 3);
     for line in text.lines() {
@@ -276,7 +276,7 @@ async fn a_wrong_key_is_a_non_retryable_401() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     write_input(&provider, &input, 1);
-    let err = provider.upload_batch_file(TrancheId::new(), &input).await.unwrap_err();
+    let err = provider.upload_path(TrancheId::new(), &input).await.unwrap_err();
     assert_eq!(err.status, Some(401));
 }
 
@@ -299,7 +299,7 @@ async fn unknown_ids_are_404s() {
 async fn a_missing_upload_source_is_a_local_io_error() {
     let (_sim, provider) = setup(SimConfig::default()).await;
     let err = provider
-        .upload_batch_file(TrancheId::new(), Path::new("/nonexistent/in.jsonl"))
+        .upload_path(TrancheId::new(), Path::new("/nonexistent/in.jsonl"))
         .await
         .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Io);

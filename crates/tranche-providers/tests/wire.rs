@@ -11,7 +11,8 @@ use serde_json::value::RawValue;
 use tranche_core::{Endpoint, TrancheId};
 use tranche_providers::{
     AnthropicConfig, AnthropicProvider, AzureAuth, AzureConfig, AzureProvider, BatchId, BatchInput,
-    BatchStatus, CreateBatch, ErrorKind, FileId, Provider, RetryPolicy, http_client,
+    BatchStatus, CreateBatch, ErrorKind, FileId, InlineInput, Provider, ProviderFiles, RetryPolicy,
+    http_client,
 };
 use tranche_test_support::scripted::{Reply, Scripted};
 
@@ -62,7 +63,7 @@ async fn azure_v1_upload_and_create_are_sent_as_the_docs_show() {
     std::fs::write(&path, &line).unwrap();
 
     let tranche = TrancheId::new();
-    let file = provider.upload_batch_file(tranche, &path).await.unwrap();
+    let file = provider.upload_path(tranche, &path).await.unwrap();
     assert_eq!(file.id.as_str(), "file-655111ec");
     assert_eq!(file.expires_at, Some(1_722_616_125));
     let batch = provider
@@ -141,7 +142,7 @@ async fn azure_legacy_sends_the_api_version_on_every_call() {
     // A zero-byte error file downloads as zero bytes.
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("errors.jsonl");
-    assert_eq!(provider.download_file(&FileId::new("file-e"), &dest).await.unwrap(), 0);
+    assert_eq!(provider.download_to(&FileId::new("file-e"), &dest).await.unwrap(), 0);
     assert_eq!(std::fs::read(&dest).unwrap(), b"");
     provider.delete_file(&FileId::new("file-e")).await.unwrap();
 
@@ -222,7 +223,7 @@ async fn anthropic_create_streams_the_lines_with_an_exact_length() {
     let batch = provider
         .create_batch(CreateBatch {
             tranche_id: TrancheId::new(),
-            input: BatchInput::Inline(&path),
+            input: BatchInput::Inline(InlineInput::from_file(&path).await.unwrap()),
             endpoint: Endpoint::AnthropicMessages,
         })
         .await
@@ -261,7 +262,7 @@ async fn anthropic_create_and_cancel_are_never_retried() {
     let err = provider
         .create_batch(CreateBatch {
             tranche_id: TrancheId::new(),
-            input: BatchInput::Inline(&path),
+            input: BatchInput::Inline(InlineInput::from_file(&path).await.unwrap()),
             endpoint: Endpoint::AnthropicMessages,
         })
         .await
@@ -303,7 +304,7 @@ async fn anthropic_reads_and_deletes_retry_and_results_stream() {
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("results.jsonl");
     let url = batch.results_url.unwrap();
-    let written = provider.download_results(&url, &dest).await.unwrap();
+    let written = provider.results_to(&url, &dest).await.unwrap();
     assert_eq!(written, jsonl.len() as u64);
     assert_eq!(std::fs::read_to_string(&dest).unwrap(), jsonl);
     provider.delete_batch(&id).await.unwrap();

@@ -1,8 +1,7 @@
-//! Copying a batch's result files into the blob store, exactly as the provider returned them
-//! and whole or not at all, before anything parses them or deletes them at the provider.
+//! Copying a batch's result files into the blob store, streamed exactly as the provider returns
+//! them and whole or not at all, before anything parses them or deletes them at the provider.
 
-use std::path::PathBuf;
-
+use futures::TryStreamExt;
 use tracing::{debug, info};
 use tranche_blob::BlobKey;
 use tranche_core::{TrancheId, TrancheState};
@@ -25,11 +24,6 @@ enum Source<'a> {
 }
 
 impl Engine {
-    /// A download in progress, private to the step's lease.
-    fn download_path(&self, tranche: TrancheId, name: &str, lease: &Lease) -> PathBuf {
-        self.config.outbox_dir.join(format!("raw-{tranche}-{name}.{}.partial", lease.token()))
-    }
-
     /// Whether the raw file `name` of `tranche` is in the blob store, moving it there first
     /// from a data folder made before the blob store when it is found there.
     pub(crate) async fn has_raw(
@@ -72,26 +66,32 @@ impl Engine {
             if self.has_raw(tranche.id, name).await? {
                 continue;
             }
-            // Downloaded into a file of this step's own, then stored whole: a crash leaves no
-            // object that looks whole, and two engines never write one path.
-            let partial = self.download_path(tranche.id, name, lease);
-            tokio::fs::create_dir_all(&self.config.outbox_dir)
-                .await
-                .map_err(EngineError::io("creating the outbox", &self.config.outbox_dir))?;
-            let bytes = match source {
-                Source::File(file) => provider.download_file(&FileId::new(file), &partial).await,
-                Source::ResultsUrl(url) => provider.download_results(url, &partial).await,
+            // Streamed from the provider straight into the blob store: the object becomes
+            // visible only once whole, so a crash or a broken transfer leaves nothing that
+            // looks collected.
+            let download = match source {
+                Source::File(file) => provider.download_file(&FileId::new(file)).await?,
+                Source::ResultsUrl(url) => provider.download_results(url).await?,
             };
-            let bytes = match bytes {
-                Ok(bytes) => bytes,
-                Err(e) => {
-                    let _ = tokio::fs::remove_file(&partial).await;
-                    return Err(e.into());
+            let mut writer = self.config.blobs.writer(&raw_key(tranche.id, name)?);
+            let mut stream = download.stream;
+            let mut bytes = 0u64;
+            loop {
+                let chunk = match stream.try_next().await {
+                    Ok(Some(chunk)) => chunk,
+                    Ok(None) => break,
+                    Err(e) => {
+                        let _ = writer.abort().await;
+                        return Err(e.into());
+                    }
+                };
+                bytes += chunk.len() as u64;
+                if let Err(e) = writer.write(&chunk).await {
+                    let _ = writer.abort().await;
+                    return Err(EngineError::from(e).into());
                 }
-            };
-            let stored = self.config.blobs.put_file(&raw_key(tranche.id, name)?, &partial).await;
-            let _ = tokio::fs::remove_file(&partial).await;
-            let stored = stored.map_err(EngineError::from)?;
+            }
+            let stored = writer.finish().await.map_err(EngineError::from)?;
             info!(tranche = %tranche.id, file = name, bytes, sha256 = %stored.sha256, "stored raw results");
         }
         self.transition(lease, TrancheUpdate::to(TrancheState::Ingesting, self.now())).await?;

@@ -2,10 +2,11 @@
 
 use tracing::{debug, info};
 use tranche_core::TrancheState;
-use tranche_providers::{BatchInput, CreateBatch, FileId, InputTransport, Provider};
+use tranche_providers::{BatchInput, CreateBatch, FileId, InlineInput, InputTransport, Provider};
 use tranche_store::{TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
+use crate::error::EngineError;
 use crate::lease::Lease;
 
 impl Engine {
@@ -29,7 +30,10 @@ impl Engine {
             InputTransport::Inline => {
                 // Rebuilt from the store every time, so a retry never sends a stale file.
                 self.write_input(provider, tranche.id, &inline_path).await?;
-                BatchInput::Inline(&inline_path)
+                let lines = InlineInput::from_file(&inline_path)
+                    .await
+                    .map_err(EngineError::io("reading", &inline_path))?;
+                BatchInput::Inline(lines)
             }
         };
         let now = self.now();

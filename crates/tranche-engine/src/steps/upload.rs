@@ -8,7 +8,7 @@ use tokio::io::{AsyncWriteExt, BufWriter};
 use tracing::{debug, info};
 use tranche_core::codec;
 use tranche_core::{TrancheId, TrancheState};
-use tranche_providers::{Provider, UploadedFile};
+use tranche_providers::{Provider, ProviderFiles, UploadedFile};
 use tranche_store::{FilePurpose, FileRecord, TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
@@ -27,7 +27,7 @@ impl Engine {
         let path = self.input_path(tranche.id, lease);
         self.write_input(provider, tranche.id, &path).await?;
         lease.ensure().await?;
-        let uploaded = provider.upload_batch_file(tranche.id, &path).await?;
+        let uploaded = provider.upload_path(tranche.id, &path).await?;
         self.uploaded(tranche, lease, &uploaded).await?;
         if let Err(e) = tokio::fs::remove_file(&path).await {
             debug!(path = %path.display(), error = %e, "could not remove the uploaded input file");
