@@ -41,6 +41,8 @@ pub enum AppError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error(transparent)]
+    Blob(#[from] tranche_blob::BlobError),
     #[error("the store holds a result that is not JSON: {0}")]
     Corrupt(String),
 }
@@ -70,6 +72,7 @@ impl AppError {
                 Self::Read { path: path.unwrap_or_else(|| PathBuf::from("-")), source }
             }
             SubmitError::Store(e) => Self::Store(e),
+            SubmitError::Blob(e) => Self::Blob(e),
             other => Self::Config(other.to_string()),
         }
     }

@@ -35,6 +35,18 @@ pub fn write_input_line(
     endpoint: Endpoint,
     body: &RawValue,
 ) {
+    write_input_line_json(provider, out, wire_id, endpoint, body.get());
+}
+
+/// [`write_input_line`] for a body given as JSON text known to be valid (a stored canonical
+/// body, copied by byte range without parsing it again).
+pub fn write_input_line_json(
+    provider: ProviderKind,
+    out: &mut Vec<u8>,
+    wire_id: &str,
+    endpoint: Endpoint,
+    body: &str,
+) {
     out.extend_from_slice(b"{\"custom_id\":");
     write_json_string(out, wire_id);
     match provider {
@@ -45,7 +57,7 @@ pub fn write_input_line(
         }
         ProviderKind::Anthropic => out.extend_from_slice(b",\"params\":"),
     }
-    write_raw_one_line(out, body);
+    out.extend(body.bytes().map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
     out.extend_from_slice(b"}\n");
 }
 

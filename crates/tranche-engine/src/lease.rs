@@ -223,7 +223,7 @@ pub(crate) fn engine_id() -> EngineId {
 #[cfg(test)]
 mod tests {
     use tranche_core::{AccountId, Endpoint, JobId, JobSettings, ProviderKind};
-    use tranche_store::{NewJob, NewRequest, NewTranche};
+    use tranche_store::{NewJob, NewRequest, NewTranche, RequestBody};
     use tranche_store_sqlite::SqliteStore;
 
     use super::*;
@@ -239,6 +239,7 @@ mod tests {
                 provider: ProviderKind::Openai,
                 source: None,
                 settings: JobSettings::default(),
+                body_object: None,
                 created_at: 1,
             })
             .await
@@ -250,7 +251,7 @@ mod tests {
                 wire_id: "a:t:v1",
                 endpoint: Endpoint::ChatCompletions,
                 model: "m",
-                body: "{}",
+                body: RequestBody::Stored("{}"),
                 wire_bytes: 10,
                 input_hash: "00",
                 max_attempts: 3,

@@ -3,11 +3,12 @@
 
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+use tranche_blob::{BlobKey, BlobWriter};
 use tranche_core::codec::{input_line_len, wire_id};
 use tranche_core::input::{ErrorCollector, InputError, InputParser, Rejected, duplicate};
 use tranche_core::plan::TrancheLimits;
 use tranche_core::{JobId, JobSettings, ProviderKind};
-use tranche_store::{NewJob, NewRequest, StoreError};
+use tranche_store::{JobWriter, NewJob, NewRequest, RequestBody, StoreError};
 
 use crate::engine::Engine;
 
@@ -28,6 +29,9 @@ pub enum SubmitError {
     Read(#[source] std::io::Error),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The request bodies could not be written to the blob store.
+    #[error(transparent)]
+    Blob(#[from] tranche_blob::BlobError),
 }
 
 impl Engine {
@@ -47,6 +51,11 @@ impl Engine {
         let max_attempts =
             settings.max_attempts.filter(|&n| n > 0).unwrap_or(self.config().max_attempts);
         let job_id = JobId::new();
+        // The job's canonical bodies, one a line, rest in one blob-store object; each request
+        // row points at its range. The object is whole before the job that references it is
+        // committed, and given up with the job when it is refused.
+        let body_key = BlobKey::new(format!("bodies/{job_id}.jsonl"))?;
+        let mut bodies = self.config().blobs.writer(&body_key);
         let mut writer = self
             .store()
             .begin_job(NewJob {
@@ -54,9 +63,48 @@ impl Engine {
                 provider: provider_kind,
                 source,
                 settings,
+                body_object: Some(body_key.as_str().to_owned()),
                 created_at: self.now(),
             })
             .await?;
+        let accepted = self
+            .accept_lines(
+                &mut input,
+                provider_kind,
+                options,
+                limits,
+                max_attempts,
+                accepted_at,
+                &mut *writer,
+                &mut bodies,
+            )
+            .await;
+        if let Err(e) = accepted {
+            // Dropping the store's writer rolls the job back; the bodies go too.
+            let _ = bodies.abort().await;
+            return Err(e);
+        }
+        bodies.finish().await?;
+        let accepted = writer.commit().await?;
+        Ok(Submitted { job_id, accepted })
+    }
+
+    /// Reads, checks and records every line of a job (bodies into `bodies`, rows into
+    /// `writer`), or refuses the job with every bad line named.
+    #[expect(clippy::too_many_arguments, reason = "one job's whole context, used once")]
+    async fn accept_lines<R: AsyncBufRead + Unpin>(
+        &self,
+        input: &mut R,
+        provider_kind: ProviderKind,
+        options: tranche_core::input::InputOptions,
+        limits: TrancheLimits,
+        max_attempts: u32,
+        accepted_at: i64,
+        writer: &mut dyn JobWriter,
+        bodies: &mut BlobWriter,
+    ) -> Result<(), SubmitError> {
+        let mut body_offset = 0u64;
+        let mut body_line = Vec::new();
         let mut parser = InputParser::without_duplicate_check(options);
         let mut errors = ErrorCollector::default();
         let mut raw = Vec::new();
@@ -110,6 +158,13 @@ impl Engine {
                 errors.push(e);
                 continue;
             }
+            body_line.clear();
+            body_line.extend_from_slice(request.body.as_bytes());
+            body_line.push(b'\n');
+            bodies.write(&body_line).await?;
+            let body =
+                RequestBody::InObject { offset: body_offset, len: request.body.len() as u64 };
+            body_offset += body_line.len() as u64;
             let added = writer
                 .add(&NewRequest {
                     line: request.line,
@@ -117,7 +172,7 @@ impl Engine {
                     wire_id: &wire,
                     endpoint: request.endpoint,
                     model: &request.model,
-                    body: &request.body,
+                    body,
                     wire_bytes,
                     input_hash: &request.input_hash.to_hex(),
                     max_attempts,
@@ -142,8 +197,7 @@ impl Engine {
                 total: 1,
             }));
         }
-        let accepted = writer.commit().await?;
-        Ok(Submitted { job_id, accepted })
+        Ok(())
     }
 }
 

@@ -136,6 +136,10 @@ async fn repeated_custom_ids_are_found_across_stored_rows_and_reported_in_line_o
     assert_eq!(found[1], (702, "duplicate custom_id `k701:t:v1`: already used on line 701".into()));
     assert_eq!(found[2].0, 900);
     assert!(engine.store().recent_jobs(5).await.unwrap().is_empty(), "nothing stored");
+    // The bodies written before the job was refused are given up with it.
+    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+    let left = blobs.list(&BlobKey::new("bodies").unwrap()).await.unwrap();
+    assert!(left.is_empty(), "a refused job's bodies stay behind: {left:?}");
 }
 
 /// Ticks (advancing the simulator's clock between rounds) until the job ends.
@@ -652,4 +656,89 @@ async fn raw_results_of_an_older_data_folder_move_into_the_blob_store() {
     assert_eq!(blobs.get(&key).await.unwrap(), collected);
     assert!(!legacy.join("output.jsonl").exists(), "moved, not copied");
     assert_eq!(store.job_counts(job).await.unwrap().succeeded, 1);
+}
+
+/// A job's bodies rest in one blob-store object, one a line in input order, and its batches are
+/// assembled from ranges of it; a job recorded before (bodies in the database) still runs.
+#[tokio::test]
+async fn bodies_rest_in_the_blob_store_and_older_jobs_still_run() {
+    use tranche_core::{Endpoint, JobId, JobSettings, ProviderKind};
+    use tranche_store::{NewJob, NewRequest, RequestBody};
+
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(6)).await;
+    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+    let bodies = blobs.get(&BlobKey::new(format!("bodies/{job}.jsonl")).unwrap()).await.unwrap();
+    let text = String::from_utf8(bodies.to_vec()).unwrap();
+    assert_eq!(text.lines().count(), 6);
+    assert!(text.lines().next().unwrap().contains("k0 question"));
+    // A job as the store held them before: its body in the database.
+    let store = setup.store().await;
+    let old = JobId::new();
+    let mut writer = store
+        .begin_job(NewJob {
+            id: old,
+            provider: ProviderKind::Openai,
+            source: None,
+            settings: JobSettings::default(),
+            body_object: None,
+            created_at: 1,
+        })
+        .await
+        .unwrap();
+    let body = r#"{"messages":[{"content":"old question","role":"user"}],"model":"gpt-4o-mini"}"#;
+    writer
+        .add(&NewRequest {
+            line: 1,
+            custom_id: "old:t:v1",
+            wire_id: "old:t:v1",
+            endpoint: Endpoint::ChatCompletions,
+            model: "gpt-4o-mini",
+            body: RequestBody::Stored(body),
+            wire_bytes: 200,
+            input_hash: "00",
+            max_attempts: 3,
+            est_tokens: 10,
+            accepted_at: 1,
+        })
+        .await
+        .unwrap();
+    writer.commit().await.unwrap();
+    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(run_to_end(&setup, &engine, old).await, JobState::Done);
+    let rows: Vec<_> = store.job_results(old).try_collect().await.unwrap();
+    assert!(rows[0].output.as_deref().unwrap().contains("old question"), "{rows:?}");
+    let rows: Vec<_> = store.job_results(job).try_collect().await.unwrap();
+    for (i, row) in rows.iter().enumerate() {
+        assert!(row.output.as_deref().unwrap().contains(&format!("k{i} question")));
+    }
+}
+
+/// A refused job whose bodies already went out in parts (more than the blob writer buffers)
+/// leaves nothing in the blob store, not even the parts.
+#[tokio::test]
+async fn a_refused_large_job_leaves_no_bodies_behind() {
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let settings = JobSettings { task: Some("t".into()), ..JobSettings::default() };
+    let filler = "x".repeat(1_000);
+    let mut input: String = (0..8_000)
+        .map(|i| format!("{{\"key\":\"k{i}\",\"body\":{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"{filler}\"}}]}}}}\n"))
+        .collect();
+    input.push_str("{not json\n");
+    let err =
+        engine.submit(input.as_bytes(), ProviderKind::Openai, settings, None).await.unwrap_err();
+    assert!(matches!(err, SubmitError::Rejected(_)), "{err}");
+    let files: Vec<_> = walk(&setup.dir.path().join("blobs"));
+    assert!(files.is_empty(), "left behind: {files:?}");
+}
+
+/// Every file below `dir` (none when it does not exist).
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] })
+        .collect()
 }

@@ -15,15 +15,16 @@ impl JobStore for SqliteStore {
             .map_err(|e| StoreError::Corrupt(format!("job settings: {e}")))?;
         let mut tx = self.begin_write().await?;
         sqlx::query(
-            "INSERT INTO jobs (id, provider, state, source, settings, tenant, accepted, created_at,
-                               updated_at)
-             VALUES (?, ?, 'pending', ?, ?, ?, 0, ?, ?)",
+            "INSERT INTO jobs (id, provider, state, source, settings, tenant, body_object, accepted,
+                               created_at, updated_at)
+             VALUES (?, ?, 'pending', ?, ?, ?, ?, 0, ?, ?)",
         )
         .bind(job.id.to_string())
         .bind(job.provider.as_str())
         .bind(job.source.as_deref())
         .bind(settings)
         .bind(job.settings.tenant.as_deref())
+        .bind(job.body_object.as_deref())
         .bind(job.created_at)
         .bind(job.created_at)
         .execute(&mut *tx)

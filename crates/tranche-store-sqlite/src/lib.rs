@@ -53,10 +53,15 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0005_tenants_and_accounts.sql"),
         ),
         migration(6, "deployment", include_str!("../migrations/sqlite/0006_deployment.sql")),
+        migration(
+            7,
+            "bodies by reference",
+            include_str!("../migrations/sqlite/0007_bodies_by_reference.sql"),
+        ),
     ])
 }
 
-/// Rows per multi-row `INSERT` at submit: 12 bound values a row, far below SQLite's limit of
+/// Rows per multi-row `INSERT` at submit: 14 bound values a row, far below SQLite's limit of
 /// 32,766 per statement, and large enough that a statement's fixed cost is paid rarely.
 const INSERT_ROWS: usize = 256;
 

@@ -6,7 +6,7 @@ use tranche_core::{LeaseToken, ProviderKind, TrancheId};
 use tranche_store::*;
 
 use crate::rows::*;
-use crate::{SqliteStore, parse};
+use crate::{SqliteStore, parse, to_u64};
 
 #[async_trait::async_trait]
 impl TrancheStore for SqliteStore {
@@ -45,20 +45,34 @@ impl TrancheStore for SqliteStore {
     }
 
     fn tranche_input(&self, id: TrancheId) -> BoxStream<'_, StoreResult<InputLine>> {
+        // In request order: a job's bodies follow one another in its body object, so the
+        // engine reads them in few, long ranges.
         sqlx::query(
-            "SELECT r.wire_id, r.endpoint, b.body
-             FROM requests AS r JOIN request_bodies AS b ON b.request_id = r.id
-             WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.wire_id",
+            "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset, r.body_length
+             FROM requests AS r
+             JOIN jobs AS j ON j.id = r.job_id
+             LEFT JOIN request_bodies AS b ON b.request_id = r.id
+             WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.id",
         )
         .bind(id.to_string())
         .fetch(&self.pool)
         .map_err(StoreError::from)
         .and_then(|row| async move {
             let endpoint: String = row.try_get(1)?;
+            let text: Option<String> = row.try_get(2)?;
+            let object: Option<String> = row.try_get(3)?;
+            let range: (Option<i64>, Option<i64>) = (row.try_get(4)?, row.try_get(5)?);
+            let body = match (text, object, range) {
+                (Some(text), _, _) => InputBody::Text(text),
+                (None, Some(object), (Some(offset), Some(len))) => {
+                    InputBody::InObject { object, offset: to_u64(offset), len: to_u64(len) }
+                }
+                _ => return Err(StoreError::Corrupt("a request has no body".to_owned())),
+            };
             Ok(InputLine {
                 wire_id: row.try_get(0)?,
                 endpoint: parse("endpoint", &endpoint)?,
-                body: row.try_get(2)?,
+                body,
             })
         })
         .boxed()

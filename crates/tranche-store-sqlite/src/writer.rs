@@ -22,6 +22,8 @@ struct RequestRow {
     max_attempts: i64,
     est_tokens: i64,
     accepted_at: i64,
+    /// The body's range in the job's body object, when it rests there.
+    body_range: Option<(i64, i64)>,
 }
 
 /// Records a job's requests inside one transaction, many rows per statement.
@@ -104,8 +106,14 @@ impl JobWriter for SqliteJobWriter {
             max_attempts: i64::from(request.max_attempts),
             est_tokens: to_i64(request.est_tokens),
             accepted_at: request.accepted_at,
+            body_range: match request.body {
+                RequestBody::InObject { offset, len } => Some((to_i64(offset), to_i64(len))),
+                RequestBody::Stored(_) => None,
+            },
         });
-        self.bodies.push((self.last_id, request.body.to_owned()));
+        if let RequestBody::Stored(body) = request.body {
+            self.bodies.push((self.last_id, body.to_owned()));
+        }
         self.accepted += 1;
         if self.rows.len() >= INSERT_ROWS {
             self.flush().await?;
@@ -123,7 +131,7 @@ impl JobWriter for SqliteJobWriter {
         let mut insert = QueryBuilder::<Sqlite>::new(
             "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
                                    wire_bytes, input_hash, state, max_attempts, est_tokens,
-                                   accepted_at) ",
+                                   accepted_at, body_offset, body_length) ",
         );
         let (job, provider) = (&self.job, self.provider.as_str());
         insert.push_values(self.rows.iter(), |mut row, r| {
@@ -140,7 +148,9 @@ impl JobWriter for SqliteJobWriter {
                 .push("'pending'")
                 .push_bind(r.max_attempts)
                 .push_bind(r.est_tokens)
-                .push_bind(r.accepted_at);
+                .push_bind(r.accepted_at)
+                .push_bind(r.body_range.map(|(offset, _)| offset))
+                .push_bind(r.body_range.map(|(_, len)| len));
         });
         match insert.build().persistent(persistent).execute(&mut *self.tx).await {
             Ok(_) => {}
@@ -153,6 +163,9 @@ impl JobWriter for SqliteJobWriter {
             Err(e) => return Err(e.into()),
         }
         self.rows.clear();
+        if self.bodies.is_empty() {
+            return Ok(());
+        }
         let mut insert =
             QueryBuilder::<Sqlite>::new("INSERT INTO request_bodies (request_id, body) ");
         insert.push_values(self.bodies.drain(..), |mut row, (id, body)| {

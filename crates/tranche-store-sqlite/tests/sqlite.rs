@@ -3,7 +3,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use tranche_core::{Endpoint, JobId, JobSettings, ProviderKind};
-use tranche_store::{JobStore, NewJob, NewRequest, Store};
+use tranche_store::{JobStore, NewJob, NewRequest, RequestBody, Store};
 use tranche_store_sqlite::SqliteStore;
 
 async fn add_job(store: &dyn Store, n: u64) -> JobId {
@@ -12,6 +12,7 @@ async fn add_job(store: &dyn Store, n: u64) -> JobId {
         provider: ProviderKind::Openai,
         source: None,
         settings: JobSettings::default(),
+        body_object: None,
         created_at: 1,
     };
     let id = job.id;
@@ -25,7 +26,7 @@ async fn add_job(store: &dyn Store, n: u64) -> JobId {
                 wire_id: &custom_id,
                 endpoint: Endpoint::ChatCompletions,
                 model: "m",
-                body: "{}",
+                body: RequestBody::Stored("{}"),
                 wire_bytes: 2,
                 input_hash: "00",
                 max_attempts: 3,

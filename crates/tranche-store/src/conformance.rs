@@ -8,7 +8,12 @@
 //! `factory` is an `async fn() -> Fresh` giving a new store. Shaped like the provider adapters'
 //! conformance suite: adding a backend is a factory and one macro line.
 
-#![expect(clippy::unwrap_used, clippy::missing_panics_doc, reason = "a test suite fails loudly")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::missing_panics_doc,
+    clippy::panic,
+    reason = "a test suite fails loudly"
+)]
 
 use std::time::Duration;
 
@@ -81,6 +86,7 @@ fn new_job() -> NewJob {
         provider: ProviderKind::Openai,
         source: Some("input.jsonl".into()),
         settings: JobSettings { task: Some("t".into()), ..JobSettings::default() },
+        body_object: None,
         created_at: 100,
     }
 }
@@ -98,7 +104,7 @@ async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
                 wire_id: &custom_id,
                 endpoint: Endpoint::ChatCompletions,
                 model,
-                body: r#"{"model":"m"}"#,
+                body: RequestBody::Stored(r#"{"model":"m"}"#),
                 wire_bytes: 10,
                 input_hash: "00",
                 max_attempts: 3,
@@ -166,10 +172,12 @@ pub async fn many_requests_are_written_in_order_across_statements(store: &dyn St
     let (tranche, _) = claim_all(store, "m").await;
     let lines: Vec<InputLine> = store.tranche_input(tranche).try_collect().await.unwrap();
     assert_eq!(lines.len(), 1_003);
-    assert!(lines.windows(2).all(|w| w[0].wire_id <= w[1].wire_id), "in wire id order");
+    let order = [&lines[0].wire_id, &lines[999].wire_id, &lines[1_000].wire_id];
+    assert_eq!(order, ["k0:t:v1", "k999:t:v1", "k0:t:v1"], "in request order");
     assert_eq!(lines.iter().filter(|l| l.wire_id == "k0:t:v1").count(), 2, "one of each job");
     assert!(lines.iter().any(|l| l.wire_id == "k999:t:v1"));
-    assert!(lines.iter().all(|l| l.body == r#"{"model":"m"}"#));
+    let body = InputBody::Text(r#"{"model":"m"}"#.to_owned());
+    assert!(lines.iter().all(|l| l.body == body));
 }
 
 pub async fn successes_are_recorded_in_bulk_once_each(store: &dyn Store) {
@@ -212,7 +220,7 @@ pub async fn a_dropped_job_writer_stores_nothing(store: &dyn Store) {
             wire_id: "a:t:v",
             endpoint: Endpoint::ChatCompletions,
             model: "m",
-            body: "{}",
+            body: RequestBody::Stored("{}"),
             wire_bytes: 2,
             input_hash: "00",
             max_attempts: 3,
@@ -365,6 +373,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
             provider: ProviderKind::Openai,
             source: None,
             settings: JobSettings::default(),
+            body_object: None,
             created_at: 1,
         })
         .await
@@ -378,7 +387,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
                 wire_id: &id,
                 endpoint: Endpoint::ChatCompletions,
                 model: "m",
-                body: "{}",
+                body: RequestBody::Stored("{}"),
                 wire_bytes: 10,
                 input_hash: "00",
                 max_attempts: 3,
@@ -627,6 +636,53 @@ pub async fn the_first_engine_records_a_deployment_fact(store: &dyn Store) {
     assert_eq!(store.deployment_fact("other", "x").await.unwrap(), "x");
 }
 
+/// A job whose bodies rest in a blob-store object gives its tranches' input lines as ranges of
+/// that object, in request order (so that they are read in long runs).
+pub async fn bodies_by_reference_come_back_as_ranges_in_request_order(store: &dyn Store) {
+    let job = NewJob { body_object: Some("bodies/job_x.jsonl".into()), ..new_job() };
+    let id = job.id;
+    let mut writer = store.begin_job(job).await.unwrap();
+    let mut offset = 0;
+    for i in 0..5u64 {
+        // Wire ids in the opposite order to the requests': the lines still come in request order.
+        let custom_id = format!("k{}:t:v1", 9 - i);
+        let len = 20 + i;
+        writer
+            .add(&NewRequest {
+                line: i + 1,
+                custom_id: &custom_id,
+                wire_id: &custom_id,
+                endpoint: Endpoint::ChatCompletions,
+                model: "m",
+                body: RequestBody::InObject { offset, len },
+                wire_bytes: 10,
+                input_hash: "00",
+                max_attempts: 3,
+                est_tokens: 1,
+                accepted_at: 100,
+            })
+            .await
+            .unwrap();
+        offset += len + 1;
+    }
+    writer.commit().await.unwrap();
+    let (tranche, _) = claim_all(store, "m").await;
+    let lines: Vec<InputLine> = store.tranche_input(tranche).try_collect().await.unwrap();
+    let ranges: Vec<(String, u64, u64)> = lines
+        .iter()
+        .map(|line| match &line.body {
+            InputBody::InObject { object, offset, len } => (object.clone(), *offset, *len),
+            InputBody::Text(text) => panic!("a body by reference came back as text: {text}"),
+        })
+        .collect();
+    assert_eq!(ranges.len(), 5);
+    assert!(ranges.iter().all(|(object, _, _)| object == "bodies/job_x.jsonl"));
+    let offsets: Vec<u64> = ranges.iter().map(|(_, offset, _)| *offset).collect();
+    assert_eq!(offsets, [0, 21, 43, 66, 90]);
+    assert_eq!(lines[0].wire_id, "k9:t:v1");
+    assert_eq!(store.job_counts(id).await.unwrap().queued, 5);
+}
+
 /// Eight claims racing for the same requests: each request lands in exactly one tranche.
 pub async fn racing_claims_never_overlap(store: &dyn Store) {
     let job = add_job(store, 200, "m").await;
@@ -687,7 +743,7 @@ async fn add_hashed_job(store: &dyn Store, requests: &[(&str, &str)]) -> JobId {
                 wire_id: &custom_id,
                 endpoint: Endpoint::ChatCompletions,
                 model: "m",
-                body: "{}",
+                body: RequestBody::Stored("{}"),
                 wire_bytes: 10,
                 input_hash: hash,
                 max_attempts: 3,
@@ -751,6 +807,15 @@ pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
 #[macro_export]
 macro_rules! store_conformance {
     ($factory:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn bodies_by_reference_come_back_as_ranges_in_request_order() {
+            let fresh = $factory().await;
+            $crate::conformance::bodies_by_reference_come_back_as_ranges_in_request_order(
+                &*fresh.store,
+            )
+            .await;
+            drop(fresh);
+        }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn the_first_engine_records_a_deployment_fact() {
             let fresh = $factory().await;

@@ -18,7 +18,18 @@ pub struct NewJob {
     pub source: Option<String>,
     /// What the job asks for (its tenant included).
     pub settings: JobSettings,
+    /// The blob-store object its requests' bodies rest in (one a line), when they rest there.
+    pub body_object: Option<String>,
     pub created_at: i64,
+}
+
+/// Where a new request's body is kept.
+#[derive(Debug, Clone, Copy)]
+pub enum RequestBody<'a> {
+    /// In the database (jobs accepted without a blob store).
+    Stored(&'a str),
+    /// Bytes `offset..offset + len` of the job's body object in the blob store.
+    InObject { offset: u64, len: u64 },
 }
 
 /// One request as first recorded.
@@ -30,7 +41,7 @@ pub struct NewRequest<'a> {
     pub wire_id: &'a str,
     pub endpoint: Endpoint,
     pub model: &'a str,
-    pub body: &'a str,
+    pub body: RequestBody<'a>,
     /// The size of the request's line in the provider's input.
     pub wire_bytes: u64,
     pub input_hash: &'a str,
@@ -197,7 +208,16 @@ pub struct Held {
 pub struct InputLine {
     pub wire_id: String,
     pub endpoint: Endpoint,
-    pub body: String,
+    pub body: InputBody,
+}
+
+/// Where an input line's body is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputBody {
+    /// The body itself (kept in the database).
+    Text(String),
+    /// Bytes `offset..offset + len` of the blob-store object `object`.
+    InObject { object: String, offset: u64, len: u64 },
 }
 
 /// What a file at a provider is for.
