@@ -594,6 +594,31 @@ async fn cancelling_while_a_create_is_unanswered_cancels_the_batch_it_made() {
     assert_eq!((stats.batches_created, stats.files_live), (1, 0), "{stats:?}");
 }
 
+/// Ticks until one of the job's tranches is about to ingest, then takes its raw output out of
+/// the blob store: its id, the store, the object's key and the bytes it held.
+async fn take_raw_results(
+    setup: &Setup,
+    engine: &Engine,
+    job: JobId,
+) -> (tranche_core::TrancheId, BlobStore, BlobKey, Vec<u8>) {
+    let store = setup.store().await;
+    for _ in 0..50 {
+        engine.tick().await.unwrap();
+        setup.sim.advance(1.0);
+        let tranches = store.job_unfinished_tranches(job).await.unwrap();
+        let Some(t) = tranches.iter().find(|t| t.state == tranche_core::TrancheState::Ingesting)
+        else {
+            continue;
+        };
+        let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+        let key = BlobKey::new(format!("raw/{}/output.jsonl", t.id)).unwrap();
+        let collected = blobs.get(&key).await.unwrap().to_vec();
+        blobs.delete(&key).await.unwrap();
+        return (t.id, blobs, key, collected);
+    }
+    panic!("no tranche of job {job} reached ingesting")
+}
+
 /// An engine that finds a tranche's raw results missing (it does not share the raw folder of
 /// the engine that collected them) collects them again instead of taking the batch as empty.
 #[tokio::test]
@@ -602,22 +627,7 @@ async fn raw_results_missing_at_ingest_are_collected_again() {
     let engine = setup.engine(None).await;
     let job = submit(&engine, &lines(3)).await;
     let store = setup.store().await;
-    let mut ingesting = None;
-    for _ in 0..50 {
-        engine.tick().await.unwrap();
-        setup.sim.advance(1.0);
-        let tranches = store.job_unfinished_tranches(job).await.unwrap();
-        if let Some(t) = tranches.iter().find(|t| t.state == tranche_core::TrancheState::Ingesting)
-        {
-            ingesting = Some(t.id);
-            break;
-        }
-    }
-    let tranche = ingesting.expect("a tranche reached ingesting");
-    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
-    let key = BlobKey::new(format!("raw/{tranche}/output.jsonl")).unwrap();
-    let collected = blobs.get(&key).await.unwrap();
-    blobs.delete(&key).await.unwrap();
+    let (_, blobs, key, collected) = take_raw_results(&setup, &engine, job).await;
     assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.succeeded, counts.retried), (3, 0), "nothing was sent again");
@@ -633,22 +643,7 @@ async fn raw_results_of_an_older_data_folder_move_into_the_blob_store() {
     let engine = setup.engine(None).await;
     let job = submit(&engine, &lines(1)).await;
     let store = setup.store().await;
-    let mut ingesting = None;
-    for _ in 0..50 {
-        engine.tick().await.unwrap();
-        setup.sim.advance(1.0);
-        let tranches = store.job_unfinished_tranches(job).await.unwrap();
-        if let Some(t) = tranches.iter().find(|t| t.state == tranche_core::TrancheState::Ingesting)
-        {
-            ingesting = Some(t.id);
-            break;
-        }
-    }
-    let tranche = ingesting.expect("a tranche reached ingesting");
-    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
-    let key = BlobKey::new(format!("raw/{tranche}/output.jsonl")).unwrap();
-    let collected = blobs.get(&key).await.unwrap();
-    blobs.delete(&key).await.unwrap();
+    let (tranche, blobs, key, collected) = take_raw_results(&setup, &engine, job).await;
     let legacy = setup.dir.path().join("raw").join(tranche.to_string());
     std::fs::create_dir_all(&legacy).unwrap();
     std::fs::write(legacy.join("output.jsonl"), &collected).unwrap();
