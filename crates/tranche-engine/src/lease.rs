@@ -222,8 +222,7 @@ pub(crate) fn engine_id() -> EngineId {
 
 #[cfg(test)]
 mod tests {
-    use tranche_core::{AccountId, Endpoint, JobId, JobSettings, ProviderKind};
-    use tranche_store::{NewJob, NewRequest, NewTranche, RequestBody};
+    use tranche_store::conformance;
     use tranche_store_sqlite::SqliteStore;
 
     use super::*;
@@ -233,50 +232,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> =
             Arc::new(SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap());
-        let mut writer = store
-            .begin_job(NewJob {
-                id: JobId::new(),
-                provider: ProviderKind::Openai,
-                source: None,
-                settings: JobSettings::default(),
-                body_object: None,
-                created_at: 1,
-            })
-            .await
-            .unwrap();
-        writer
-            .add(&NewRequest {
-                line: 1,
-                custom_id: "a:t:v1",
-                wire_id: "a:t:v1",
-                endpoint: Endpoint::ChatCompletions,
-                model: "m",
-                body: RequestBody::Stored("{}"),
-                wire_bytes: 10,
-                input_hash: "00",
-                max_attempts: 3,
-                est_tokens: 1,
-                accepted_at: 1,
-            })
-            .await
-            .unwrap();
-        writer.commit().await.unwrap();
-        let token = LeaseToken::new();
-        let duty = "plan:openai";
-        let engine = EngineId::new("test", 1);
-        store.acquire_duty(duty, &engine, token, Duration::from_secs(5)).await.unwrap();
-        let tranche = NewTranche {
-            id: TrancheId::new(),
-            account: AccountId::new(ProviderKind::Openai, "http://127.0.0.1:9/v1"),
-            est_tokens: 1,
-            provider: ProviderKind::Openai,
-            endpoint: Endpoint::ChatCompletions,
-            model: "m".into(),
-            bytes: 10,
-            created_at: 1,
-        };
-        store.create_tranche(&tranche, &[1], (duty, token)).await.unwrap().unwrap();
-        (dir, store, tranche.id)
+        conformance::add_job(&*store, 1, "m").await;
+        let (tranche, _) = conformance::claim_all(&*store, "m").await;
+        (dir, store, tranche)
     }
 
     async fn take(

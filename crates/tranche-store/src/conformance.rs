@@ -4,6 +4,9 @@
 //! match custom id and input hash; leases exclude, expire and pass on; every transition is a
 //! compare-and-set.
 //!
+//! Its fixtures (`add_job`, `claim_all`) serve other crates' tests that need a store holding
+//! a job or a tranche.
+//!
 //! A backend runs it with `tranche_store::store_conformance!(factory)` in a test file, where
 //! `factory` is an `async fn() -> Fresh` giving a new store. Shaped like the provider adapters'
 //! conformance suite: adding a backend is a factory and one macro line.
@@ -91,7 +94,8 @@ fn new_job() -> NewJob {
     }
 }
 
-async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
+/// Records a job of `n` requests of `model` (`k0:t:v1`, `k1:t:v1`, ...), bodies in the store.
+pub async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
     let job = new_job();
     let id = job.id;
     let mut writer = store.begin_job(job).await.unwrap();
@@ -140,7 +144,8 @@ async fn pending_ids(store: &dyn Store, model: &str) -> Vec<i64> {
     }
 }
 
-async fn claim_all(store: &dyn Store, model: &str) -> (TrancheId, Vec<i64>) {
+/// Claims every waiting request of `model` into one new tranche, as an engine's planning does.
+pub async fn claim_all(store: &dyn Store, model: &str) -> (TrancheId, Vec<i64>) {
     let ids = pending_ids(store, model).await;
     let tranche =
         NewTranche { bytes: 0, created_at: 1, ..new_tranche(ProviderKind::Openai, model) };
