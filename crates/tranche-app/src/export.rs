@@ -6,8 +6,9 @@ use std::io::Write;
 use futures::TryStreamExt;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use tranche_blob::{BlobKey, BlobStore};
 use tranche_core::{CustomId, JobId, RequestState};
-use tranche_store::Store;
+use tranche_store::{OutputRef, Store};
 
 use crate::error::AppError;
 
@@ -32,9 +33,22 @@ fn raw(text: Option<String>) -> Result<Option<Box<RawValue>>, AppError> {
     text.map(RawValue::from_string).transpose().map_err(|e| AppError::Corrupt(e.to_string()))
 }
 
+/// An output's text: kept in the database, or read from its range in the blob store.
+async fn output_text(blobs: &BlobStore, output: OutputRef) -> Result<String, AppError> {
+    match output {
+        OutputRef::Text(text) => Ok(text),
+        OutputRef::InObject { object, offset, len } => {
+            let key = BlobKey::new(object)?;
+            let bytes = blobs.get_range(&key, offset..offset + len).await?;
+            String::from_utf8(bytes.to_vec()).map_err(|e| AppError::Corrupt(e.to_string()))
+        }
+    }
+}
+
 /// Writes a job's results to `out`, one line per request. Returns how many.
 pub(crate) async fn write_results(
     store: &dyn Store,
+    blobs: &BlobStore,
     job: JobId,
     out: &mut dyn Write,
 ) -> Result<u64, std::io::Error> {
@@ -49,7 +63,12 @@ pub(crate) async fn write_results(
             custom_id: &row.custom_id,
             key: &key,
             status: status_name(row.state),
-            output: raw(row.output).map_err(failed)?,
+            output: match row.output {
+                Some(output) => {
+                    raw(Some(output_text(blobs, output).await.map_err(failed)?)).map_err(failed)?
+                }
+                None => None,
+            },
             error: raw(row.error).map_err(failed)?,
         };
         serde_json::to_writer(&mut *out, &line)?;

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tokio::io::BufReader;
+use tranche_blob::BlobStore;
 use tranche_core::{JobId, JobSettings, JobState, ProviderKind};
 use tranche_store::{JobRecord, Store};
 use tranche_store_sqlite::SqliteStore;
@@ -30,14 +31,16 @@ pub use views::{
 #[derive(Debug, Clone)]
 pub struct App {
     store: Arc<dyn Store>,
+    /// Where the deployment's bytes rest (answers are read from it when exported).
+    blobs: BlobStore,
 }
 
 impl App {
     /// Opens the store at `database` (a SQLite file path or `sqlite:` URL), creating it and
-    /// bringing its schema up to date.
-    pub async fn open(database: &str) -> Result<Self, AppError> {
+    /// bringing its schema up to date, over the deployment's blob store `blobs`.
+    pub async fn open(database: &str, blobs: BlobStore) -> Result<Self, AppError> {
         let store = SqliteStore::open(database).await?;
-        Ok(Self { store: Arc::new(store) })
+        Ok(Self { store: Arc::new(store), blobs })
     }
 
     /// An engine over this store. Refused when its blob store is not the deployment's: the
@@ -187,7 +190,7 @@ impl App {
     /// Writes a job's results to `out`, one JSON line per request in input order. Returns how
     /// many lines.
     pub async fn export(&self, job: JobId, out: &mut dyn Write) -> Result<u64, AppError> {
-        export::write_results(&*self.store, job, out)
+        export::write_results(&*self.store, &self.blobs, job, out)
             .await
             .map_err(|source| AppError::Write { path: "results".into(), source })
     }
@@ -197,7 +200,7 @@ impl App {
         let write_error = |source| AppError::Write { path: path.to_owned(), source };
         let file = std::fs::File::create(path).map_err(write_error)?;
         let mut out = std::io::BufWriter::new(file);
-        export::write_results(&*self.store, job, &mut out).await.map_err(write_error)
+        export::write_results(&*self.store, &self.blobs, job, &mut out).await.map_err(write_error)
     }
 
     /// Cancels a job that has not ended: its waiting requests at once, its own batches at the

@@ -10,6 +10,7 @@ use tranche_blob::{BlobKey, BlobStore};
 use tranche_core::{JobId, JobSettings, JobState, ProviderKind, RequestState};
 use tranche_engine::{Engine, SubmitError};
 use tranche_sim::{SimConfig, Simulator};
+use tranche_store::{OutputRef, ResultRow};
 use tranche_test_support::harness::{Harness, keyed_lines, submit};
 
 /// The simulator and data folder a test's engines share.
@@ -17,6 +18,19 @@ type Setup = Harness;
 
 fn lines(n: usize) -> String {
     keyed_lines(n)
+}
+
+/// A result row's output text, read from the blob store when it rests there by reference.
+async fn output(setup: &Setup, row: &ResultRow) -> String {
+    match row.output.clone().unwrap() {
+        OutputRef::Text(text) => text,
+        OutputRef::InObject { object, offset, len } => {
+            let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+            let key = BlobKey::new(object).unwrap();
+            let bytes = blobs.get_range(&key, offset..offset + len).await.unwrap();
+            String::from_utf8(bytes.to_vec()).unwrap()
+        }
+    }
 }
 
 #[tokio::test]
@@ -45,8 +59,7 @@ async fn a_restart_after_every_step_still_matches_every_request_once() {
     for (i, row) in rows.iter().enumerate() {
         assert_eq!(row.custom_id, format!("k{i}:t:v1"));
         assert_eq!(row.state, RequestState::Succeeded);
-        let output: serde_json::Value =
-            serde_json::from_str(row.output.as_deref().unwrap()).unwrap();
+        let output: serde_json::Value = serde_json::from_str(&output(&setup, row).await).unwrap();
         let answer = output["choices"][0]["message"]["content"].as_str().unwrap();
         assert!(answer.contains(&format!("\"k{i} question")), "{answer}");
     }
@@ -208,12 +221,9 @@ async fn a_changed_body_is_a_new_version_and_runs() {
     assert_eq!((counts.succeeded, counts.cached), (10, 9));
     assert_eq!(setup.sim.stats().requests_billed, billed + 1, "only the changed request ran");
     let rows: Vec<_> = engine.store().job_results(second).try_collect().await.unwrap();
-    assert!(rows[3].output.as_deref().unwrap().contains("rephrased"), "not a stale answer");
+    assert!(output(&setup, &rows[3]).await.contains("rephrased"), "not a stale answer");
     let old: Vec<_> = engine.store().job_results(first).try_collect().await.unwrap();
-    assert!(
-        !old[3].output.as_deref().unwrap().contains("rephrased"),
-        "history keeps the old version"
-    );
+    assert!(!output(&setup, &old[3]).await.contains("rephrased"), "history keeps the old version");
 }
 
 #[tokio::test]
@@ -703,10 +713,10 @@ async fn bodies_rest_in_the_blob_store_and_older_jobs_still_run() {
     assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
     assert_eq!(run_to_end(&setup, &engine, old).await, JobState::Done);
     let rows: Vec<_> = store.job_results(old).try_collect().await.unwrap();
-    assert!(rows[0].output.as_deref().unwrap().contains("old question"), "{rows:?}");
+    assert!(output(&setup, &rows[0]).await.contains("old question"), "{rows:?}");
     let rows: Vec<_> = store.job_results(job).try_collect().await.unwrap();
     for (i, row) in rows.iter().enumerate() {
-        assert!(row.output.as_deref().unwrap().contains(&format!("k{i} question")));
+        assert!(output(&setup, row).await.contains(&format!("k{i} question")));
     }
 }
 

@@ -21,17 +21,20 @@ impl IngestStore for SqliteStore {
         // Successes wait here, keyed (and so sorted) by request id, until they are applied to
         // `requests` in one pass in id order. Temporary: private to this connection.
         sqlx::query(
-            "CREATE TEMP TABLE IF NOT EXISTS ingest_successes (
+            "CREATE TEMP TABLE IF NOT EXISTS ingest_staged (
                 request_id    INTEGER PRIMARY KEY,
                 attempt       INTEGER NOT NULL,
                 status_code   INTEGER NOT NULL,
                 input_tokens  INTEGER,
-                output_tokens INTEGER
+                output_tokens INTEGER,
+                output_object TEXT,
+                output_offset INTEGER,
+                output_length INTEGER
              )",
         )
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM temp.ingest_successes").execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *tx).await?;
         Ok(Box::new(SqliteIngestWriter {
             tx,
             tranche: tranche.to_string(),
@@ -88,24 +91,44 @@ impl SqliteIngestWriter {
             found.push((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)? + 1, *line));
         }
         let mut stage = QueryBuilder::<Sqlite>::new(
-            "INSERT OR IGNORE INTO temp.ingest_successes
-                (request_id, attempt, status_code, input_tokens, output_tokens) ",
+            "INSERT OR IGNORE INTO temp.ingest_staged
+                (request_id, attempt, status_code, input_tokens, output_tokens, output_object,
+                 output_offset, output_length) ",
         );
         stage.push_values(found.iter(), |mut row, (id, attempt, line)| {
+            let range = match &line.output {
+                OutputRef::InObject { object, offset, len } => {
+                    Some((object.as_str(), to_i64(*offset), to_i64(*len)))
+                }
+                OutputRef::Text(_) => None,
+            };
             row.push_bind(*id)
                 .push_bind(*attempt)
                 .push_bind(i64::from(line.status_code))
                 .push_bind(line.input_tokens.map(to_i64))
-                .push_bind(line.output_tokens.map(to_i64));
+                .push_bind(line.output_tokens.map(to_i64))
+                .push_bind(range.map(|r| r.0))
+                .push_bind(range.map(|r| r.1))
+                .push_bind(range.map(|r| r.2));
         });
         let staged = stage.build().persistent(false).execute(&mut *self.tx).await?.rows_affected();
-        let mut outputs = QueryBuilder::<Sqlite>::new(
-            "INSERT OR IGNORE INTO request_outputs (request_id, output) ",
-        );
-        outputs.push_values(found.iter(), |mut row, (id, _, line)| {
-            row.push_bind(*id).push_bind(line.output.as_str());
-        });
-        outputs.build().persistent(false).execute(&mut *self.tx).await?;
+        // Outputs given as text (not by reference) are kept in the database.
+        let texts: Vec<(i64, &str)> = found
+            .iter()
+            .filter_map(|(id, _, line)| match &line.output {
+                OutputRef::Text(text) => Some((*id, text.as_str())),
+                OutputRef::InObject { .. } => None,
+            })
+            .collect();
+        if !texts.is_empty() {
+            let mut outputs = QueryBuilder::<Sqlite>::new(
+                "INSERT OR IGNORE INTO request_outputs (request_id, output) ",
+            );
+            outputs.push_values(texts.iter(), |mut row, (id, text)| {
+                row.push_bind(*id).push_bind(*text);
+            });
+            outputs.build().persistent(false).execute(&mut *self.tx).await?;
+        }
         self.staged = true;
         Ok(staged)
     }
@@ -120,17 +143,20 @@ impl SqliteIngestWriter {
         // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
         sqlx::query(
             "UPDATE requests SET state = 'succeeded', error = NULL, not_before = 0, finished_at = ?,
-                attempts = (SELECT attempt FROM temp.ingest_successes AS s WHERE s.request_id = requests.id),
-                input_tokens = (SELECT input_tokens FROM temp.ingest_successes AS s WHERE s.request_id = requests.id),
-                output_tokens = (SELECT output_tokens FROM temp.ingest_successes AS s WHERE s.request_id = requests.id)
-             WHERE id IN (SELECT request_id FROM temp.ingest_successes)",
+                attempts = (SELECT attempt FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
+                input_tokens = (SELECT input_tokens FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
+                output_tokens = (SELECT output_tokens FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
+                output_object = (SELECT output_object FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
+                output_offset = (SELECT output_offset FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
+                output_length = (SELECT output_length FROM temp.ingest_staged AS s WHERE s.request_id = requests.id)
+             WHERE id IN (SELECT request_id FROM temp.ingest_staged)",
         )
         .bind(at)
         .execute(&mut *self.tx)
         .await?;
         sqlx::query(
             "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, created_at)
-             SELECT request_id, attempt, ?, 'succeeded', status_code, ? FROM temp.ingest_successes
+             SELECT request_id, attempt, ?, 'succeeded', status_code, ? FROM temp.ingest_staged
              WHERE true
              ON CONFLICT (request_id, tranche_id) DO NOTHING",
         )
@@ -138,7 +164,7 @@ impl SqliteIngestWriter {
         .bind(at)
         .execute(&mut *self.tx)
         .await?;
-        sqlx::query("DELETE FROM temp.ingest_successes").execute(&mut *self.tx).await?;
+        sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *self.tx).await?;
         self.staged = false;
         Ok(())
     }

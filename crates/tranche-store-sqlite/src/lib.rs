@@ -58,6 +58,11 @@ fn migrator() -> Migrator {
             "bodies by reference",
             include_str!("../migrations/sqlite/0007_bodies_by_reference.sql"),
         ),
+        migration(
+            8,
+            "outputs by reference",
+            include_str!("../migrations/sqlite/0008_outputs_by_reference.sql"),
+        ),
     ])
 }
 

@@ -120,13 +120,27 @@ impl PlanStore for SqliteStore {
         .bind(&pairs)
         .execute(&mut *tx)
         .await?;
+        // An output by reference is shared: the answered request points at the same range.
+        for answer in answers {
+            sqlx::query(
+                "UPDATE requests AS t SET output_object = p.output_object,
+                        output_offset = p.output_offset, output_length = p.output_length
+                 FROM requests AS p
+                 WHERE t.id = ? AND p.id = ? AND t.state = 'pending' AND p.output_object IS NOT NULL",
+            )
+            .bind(answer.request_id)
+            .bind(answer.answered_by)
+            .execute(&mut *tx)
+            .await?;
+        }
         let done = sqlx::query(
             "UPDATE requests SET
                 state = 'succeeded', cached = 1, finished_at = ?, error = NULL,
                 input_tokens = NULL, output_tokens = NULL
              WHERE state = 'pending'
                AND id IN (SELECT json_extract(value, '$[0]') FROM json_each(?))
-               AND EXISTS (SELECT 1 FROM request_outputs AS o WHERE o.request_id = requests.id)",
+               AND (output_object IS NOT NULL
+                    OR EXISTS (SELECT 1 FROM request_outputs AS o WHERE o.request_id = requests.id))",
         )
         .bind(at)
         .bind(&pairs)

@@ -153,11 +153,19 @@ pub async fn claim_all(store: &dyn Store, model: &str) -> (TrancheId, Vec<i64>) 
     (tranche.id, ids)
 }
 
+/// A result row's output, when it was kept as text.
+fn text(row: &ResultRow) -> Option<&str> {
+    match &row.output {
+        Some(OutputRef::Text(text)) => Some(text),
+        _ => None,
+    }
+}
+
 fn success(wire_id: &str, output: &str) -> Success {
     Success {
         wire_id: wire_id.into(),
         status_code: 200,
-        output: output.into(),
+        output: OutputRef::Text(output.into()),
         input_tokens: Some(2),
         output_tokens: Some(3),
     }
@@ -209,8 +217,8 @@ pub async fn successes_are_recorded_in_bulk_once_each(store: &dyn Store) {
         TokenTotals { input_tokens: 2_200, output_tokens: 3_300 }
     );
     let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
-    assert_eq!(rows[5].output.as_deref(), Some(r#"{"n": 5}"#), "the first line for an id wins");
-    assert_eq!(rows[1_099].output.as_deref(), Some(r#"{"n": 1099}"#));
+    assert_eq!(text(&rows[5]), Some(r#"{"n": 5}"#), "the first line for an id wins");
+    assert_eq!(text(&rows[1_099]), Some(r#"{"n": 1099}"#));
     assert_eq!(rows[1_100].output, None);
 }
 
@@ -327,7 +335,7 @@ pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
         rows.iter().map(|r| r.custom_id.as_str()).collect::<Vec<_>>(),
         ["k0:t:v1", "k1:t:v1", "k2:t:v1"]
     );
-    assert_eq!(rows[0].output.as_deref(), Some(r#"{"ok":true}"#));
+    assert_eq!(text(&rows[0]), Some(r#"{"ok":true}"#));
     assert_eq!(rows[1].state, RequestState::Failed);
 }
 
@@ -688,6 +696,32 @@ pub async fn bodies_by_reference_come_back_as_ranges_in_request_order(store: &dy
     assert_eq!(store.job_counts(id).await.unwrap().queued, 5);
 }
 
+/// Outputs recorded by reference come back as the same ranges, and an answer reused from an
+/// earlier request points at the earlier request's range.
+pub async fn outputs_by_reference_are_kept_and_shared_by_reused_answers(store: &dyn Store) {
+    let first = add_hashed_job(store, &[("a", "h1"), ("b", "h1")]).await;
+    let (tranche, _) = claim_all(store, "m").await;
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    let object = format!("raw/{tranche}/output.jsonl");
+    let by_ref = |wire_id: &str, offset: u64| Success {
+        output: OutputRef::InObject { object: object.clone(), offset, len: 40 },
+        ..success(wire_id, "")
+    };
+    let mut lines = vec![by_ref("a:t:v1", 100), by_ref("b:t:v1", 300)];
+    assert_eq!(writer.record_successes(&mut lines, 5).await.unwrap(), 2);
+    assert!(writer.commit(TrancheState::Cleaning, 5).await.unwrap());
+    let rows: Vec<ResultRow> = store.job_results(first).try_collect().await.unwrap();
+    let expected = |offset| Some(OutputRef::InObject { object: object.clone(), offset, len: 40 });
+    assert_eq!((rows[0].output.clone(), rows[1].output.clone()), (expected(100), expected(300)));
+    let second = add_hashed_job(store, &[("b", "h1")]).await;
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 10).await.unwrap();
+    assert_eq!(store.answer_from(&answers, 6).await.unwrap(), 1);
+    let rows: Vec<ResultRow> = store.job_results(second).try_collect().await.unwrap();
+    assert_eq!(rows[0].state, RequestState::Succeeded);
+    assert_eq!(rows[0].output, expected(300));
+}
+
 /// Eight claims racing for the same requests: each request lands in exactly one tranche.
 pub async fn racing_claims_never_overlap(store: &dyn Store) {
     let job = add_job(store, 200, "m").await;
@@ -731,7 +765,7 @@ pub async fn ingest_repeated_changes_nothing(store: &dyn Store) {
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.succeeded, counts.retried), (20, 0), "no attempt counted twice");
     let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
-    assert_eq!(rows[3].output.as_deref(), Some(r#"{"n": 3}"#));
+    assert_eq!(text(&rows[3]), Some(r#"{"n": 3}"#));
 }
 
 /// A job of `(key, input hash)` pairs, all of model `m`.
@@ -797,7 +831,7 @@ pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
     let counts = store.job_counts(second).await.unwrap();
     assert_eq!((counts.succeeded, counts.cached, counts.pending), (1, 1, 3));
     let rows: Vec<ResultRow> = store.job_results(second).try_collect().await.unwrap();
-    assert_eq!(rows[0].output.as_deref(), Some(r#"{"answer":"a"}"#));
+    assert_eq!(text(&rows[0]), Some(r#"{"answer":"a"}"#));
     // A third copy is answered by the original, not by the reused answer.
     let _third = add_hashed_job(store, &[("a", "h1")]).await;
     let answers = store.earlier_answers(ProviderKind::Openai, 0, 100).await.unwrap();
@@ -812,6 +846,15 @@ pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
 #[macro_export]
 macro_rules! store_conformance {
     ($factory:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn outputs_by_reference_are_kept_and_shared_by_reused_answers() {
+            let fresh = $factory().await;
+            $crate::conformance::outputs_by_reference_are_kept_and_shared_by_reused_answers(
+                &*fresh.store,
+            )
+            .await;
+            drop(fresh);
+        }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn bodies_by_reference_come_back_as_ranges_in_request_order() {
             let fresh = $factory().await;

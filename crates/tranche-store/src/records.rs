@@ -288,7 +288,7 @@ pub struct Success {
     pub wire_id: String,
     pub status_code: u16,
     /// The provider's response body, as it returned it.
-    pub output: String,
+    pub output: OutputRef,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
 }
@@ -307,8 +307,18 @@ pub struct AttemptInfo {
 pub struct ResultRow {
     pub custom_id: String,
     pub state: RequestState,
-    pub output: Option<String>,
+    pub output: Option<OutputRef>,
     pub error: Option<String>,
+}
+
+/// Where a succeeded request's output (the provider's response body) is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputRef {
+    /// The output itself (kept in the database: requests answered before outputs rested in
+    /// the blob store).
+    Text(String),
+    /// Bytes `offset..offset + len` of the blob-store object `object` (a raw result file).
+    InObject { object: String, offset: u64, len: u64 },
 }
 
 /// Which fields a tranche step learned; `None` leaves a field as it was.

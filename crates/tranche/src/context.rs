@@ -29,7 +29,9 @@ pub fn db_location(global: &Global) -> String {
 }
 
 pub async fn open_app(global: &Global) -> Result<App, Exit> {
-    Ok(App::open(&db_location(global)).await?)
+    let settings = engine_settings(global, &EngineArgs::default(), &ProviderArgs::none())?;
+    let blobs = settings.engine_config(&global.data_dir)?.blobs;
+    Ok(App::open(&db_location(global), blobs).await?)
 }
 
 /// The engine settings in force: flags over environment over `tranche.toml` over defaults.

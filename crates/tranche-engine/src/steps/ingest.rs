@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use tranche_core::TrancheState;
 use tranche_providers::{BatchStatus, LineError, LineOutcome, Provider};
 use tranche_store::{
-    AttemptInfo, AttemptOutcome, ResultUpdate, Success, TrancheRecord, TrancheUpdate,
+    AttemptInfo, AttemptOutcome, OutputRef, ResultUpdate, Success, TrancheRecord, TrancheUpdate,
 };
 
 use crate::engine::{Engine, StepError};
@@ -75,15 +75,30 @@ impl Engine {
             let key = raw_key(tranche.id, name)?;
             let chunks = self.config.blobs.stream(&key).await.map_err(EngineError::from)?;
             let reader = StreamReader::new(chunks.map_err(std::io::Error::other));
-            let mut lines = BufReader::new(reader).lines();
+            let mut reader = BufReader::new(reader);
             let path = std::path::PathBuf::from(key.as_str());
-            while let Some(line) =
-                lines.next_line().await.map_err(EngineError::io("reading", &path))?
-            {
+            // Where each line starts in the raw file: an answer is kept as its range there.
+            let (mut raw, mut next_start) = (Vec::new(), 0u64);
+            loop {
+                raw.clear();
+                let line_start = next_start;
+                let n = reader
+                    .read_until(b'\n', &mut raw)
+                    .await
+                    .map_err(EngineError::io("reading", &path))?;
+                if n == 0 {
+                    break;
+                }
+                next_start += n as u64;
+                let Ok(line) = std::str::from_utf8(&raw) else {
+                    unparsable += 1;
+                    warn!(tranche = %tranche.id, file = name, "a result line is not UTF-8");
+                    continue;
+                };
                 if line.trim().is_empty() {
                     continue;
                 }
-                let parsed = match provider.parse_result_line(&line) {
+                let parsed = match provider.parse_result_line(line) {
                     Ok(parsed) => parsed,
                     Err(e) => {
                         unparsable += 1;
@@ -94,10 +109,19 @@ impl Engine {
                 match parsed.outcome {
                     LineOutcome::Succeeded { status_code, body, .. } => {
                         let (input_tokens, output_tokens) = usage_of(&body);
+                        // The body is the line's own text (kept exactly), found where it stands.
+                        let output = match line.find(body.get()) {
+                            Some(at) => OutputRef::InObject {
+                                object: key.as_str().to_owned(),
+                                offset: line_start + at as u64,
+                                len: body.get().len() as u64,
+                            },
+                            None => OutputRef::Text(String::from(Box::<str>::from(body))),
+                        };
                         successes.push(Success {
                             wire_id: parsed.wire_id,
                             status_code,
-                            output: String::from(Box::<str>::from(body)),
+                            output,
                             input_tokens,
                             output_tokens,
                         });

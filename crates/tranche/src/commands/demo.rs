@@ -43,7 +43,8 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     openai.base_url = sim.openai_base_url();
     let provider = OpenAiProvider::new(openai, http_client().context("building the HTTP client")?)
         .context("configuring the provider")?;
-    let app = App::open(&dir.join("tranche.db").to_string_lossy()).await?;
+    let blobs = EngineConfig::in_dir(&dir).blobs;
+    let app = App::open(&dir.join("tranche.db").to_string_lossy(), blobs).await?;
     let config = EngineConfig {
         poll_interval: Duration::from_millis(250),
         retry_backoff: Duration::from_millis(500),
