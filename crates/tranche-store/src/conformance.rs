@@ -846,131 +846,37 @@ pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
 #[macro_export]
 macro_rules! store_conformance {
     ($factory:path) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn outputs_by_reference_are_kept_and_shared_by_reused_answers() {
-            let fresh = $factory().await;
-            $crate::conformance::outputs_by_reference_are_kept_and_shared_by_reused_answers(
-                &*fresh.store,
-            )
-            .await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn bodies_by_reference_come_back_as_ranges_in_request_order() {
-            let fresh = $factory().await;
-            $crate::conformance::bodies_by_reference_come_back_as_ranges_in_request_order(
-                &*fresh.store,
-            )
-            .await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn the_first_engine_records_a_deployment_fact() {
-            let fresh = $factory().await;
-            $crate::conformance::the_first_engine_records_a_deployment_fact(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn counts_follow_every_change() {
-            let fresh = $factory().await;
-            $crate::conformance::counts_follow_every_change(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn many_requests_are_written_in_order_across_statements() {
-            let fresh = $factory().await;
-            $crate::conformance::many_requests_are_written_in_order_across_statements(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn successes_are_recorded_in_bulk_once_each() {
-            let fresh = $factory().await;
-            $crate::conformance::successes_are_recorded_in_bulk_once_each(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_dropped_job_writer_stores_nothing() {
-            let fresh = $factory().await;
-            $crate::conformance::a_dropped_job_writer_stores_nothing(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_committed_job_is_pending_with_its_counts() {
-            let fresh = $factory().await;
-            $crate::conformance::a_committed_job_is_pending_with_its_counts(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn requests_are_claimed_into_one_tranche_only() {
-            let fresh = $factory().await;
-            $crate::conformance::requests_are_claimed_into_one_tranche_only(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn results_are_recorded_once_and_the_rest_in_bulk() {
-            let fresh = $factory().await;
-            $crate::conformance::results_are_recorded_once_and_the_rest_in_bulk(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn provider_files_are_tracked_until_deleted() {
-            let fresh = $factory().await;
-            $crate::conformance::provider_files_are_tracked_until_deleted(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_held_tranche_lease_excludes_other_engines_until_handed_back() {
-            let fresh = $factory().await;
-            $crate::conformance::a_held_tranche_lease_excludes_other_engines_until_handed_back(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_lapsed_lease_passes_to_another_engine_and_its_holder_can_no_longer_act() {
-            let fresh = $factory().await;
-            $crate::conformance::a_lapsed_lease_passes_to_another_engine_and_its_holder_can_no_longer_act(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_transition_expecting_another_state_changes_nothing() {
-            let fresh = $factory().await;
-            $crate::conformance::a_transition_expecting_another_state_changes_nothing(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_tranche_not_due_or_finished_cannot_be_leased() {
-            let fresh = $factory().await;
-            $crate::conformance::a_tranche_not_due_or_finished_cannot_be_leased(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing() {
-            let fresh = $factory().await;
-            $crate::conformance::one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_job_that_ended_stays_as_it_ended() {
-            let fresh = $factory().await;
-            $crate::conformance::a_job_that_ended_stays_as_it_ended(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn racing_claims_never_overlap() {
-            let fresh = $factory().await;
-            $crate::conformance::racing_claims_never_overlap(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn ingest_repeated_changes_nothing() {
-            let fresh = $factory().await;
-            $crate::conformance::ingest_repeated_changes_nothing(&*fresh.store).await;
-            drop(fresh);
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn earlier_answers_match_custom_id_and_input_hash() {
-            let fresh = $factory().await;
-            $crate::conformance::earlier_answers_match_custom_id_and_input_hash(&*fresh.store).await;
-            drop(fresh);
-        }
+        $crate::store_conformance!(@checks $factory;
+            outputs_by_reference_are_kept_and_shared_by_reused_answers,
+            bodies_by_reference_come_back_as_ranges_in_request_order,
+            the_first_engine_records_a_deployment_fact,
+            counts_follow_every_change,
+            many_requests_are_written_in_order_across_statements,
+            successes_are_recorded_in_bulk_once_each,
+            a_dropped_job_writer_stores_nothing,
+            a_committed_job_is_pending_with_its_counts,
+            requests_are_claimed_into_one_tranche_only,
+            results_are_recorded_once_and_the_rest_in_bulk,
+            provider_files_are_tracked_until_deleted,
+            a_held_tranche_lease_excludes_other_engines_until_handed_back,
+            a_lapsed_lease_passes_to_another_engine_and_its_holder_can_no_longer_act,
+            a_transition_expecting_another_state_changes_nothing,
+            a_tranche_not_due_or_finished_cannot_be_leased,
+            one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing,
+            a_job_that_ended_stays_as_it_ended,
+            racing_claims_never_overlap,
+            ingest_repeated_changes_nothing,
+            earlier_answers_match_custom_id_and_input_hash,
+        );
+    };
+    (@checks $factory:path; $($check:ident,)+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let fresh = $factory().await;
+                $crate::conformance::$check(&*fresh.store).await;
+                drop(fresh);
+            }
+        )+
     };
 }
