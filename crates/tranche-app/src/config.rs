@@ -65,10 +65,13 @@ pub struct EngineSettings {
     /// folder]. Every engine of a deployment must use the same.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blob_store: Option<String>,
+    /// How many tranches one engine steps at once [default: 4].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_steps: Option<usize>,
 }
 
 /// The keys the environment may set, each as `TRANCHE_<KEY>`.
-const ENV_KEYS: [&str; 10] = [
+const ENV_KEYS: [&str; 11] = [
     "poll_interval",
     "min_batch_size",
     "max_wait",
@@ -79,6 +82,7 @@ const ENV_KEYS: [&str; 10] = [
     "max_attempts",
     "file_expires_after",
     "blob_store",
+    "parallel_steps",
 ];
 
 /// Where the configuration file is: the one `TRANCHE_CONFIG` names, else `tranche.toml` in the
@@ -143,6 +147,12 @@ impl EngineSettings {
                 return Err(AppError::Config("max_attempts must be at least 1".to_owned()));
             }
             config.max_attempts = n;
+        }
+        if let Some(n) = self.parallel_steps {
+            if n == 0 {
+                return Err(AppError::Config("parallel_steps must be at least 1".to_owned()));
+            }
+            config.parallel_steps = n;
         }
         Ok(config)
     }

@@ -14,15 +14,13 @@ use tranche_core::{JobId, ProviderKind};
 /// How the engine works. Paths are where it keeps files of its own.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Where bytes rest: raw result files (`raw/<tranche>/output.jsonl`, `errors.jsonl`),
-    /// exactly as the provider returned them. One per deployment.
+    /// Where bytes rest: jobs' request bodies, tranches' input files while their batches are
+    /// made, raw result files (`raw/<tranche>/output.jsonl`, `errors.jsonl`) exactly as the
+    /// provider returned them. One per deployment.
     pub blobs: BlobStore,
     /// Raw result folders of data folders made before the blob store (`<data-dir>/raw`); a
     /// tranche's files found there are moved into the blob store when it needs them.
     pub legacy_raw_dir: PathBuf,
-    /// Files a step writes before they are sent or stored (input files, downloads), each named
-    /// by the step's lease.
-    pub outbox_dir: PathBuf,
     /// How long to wait between two polls of a running batch...
     pub poll_interval: Duration,
     /// ...unless its provider has its own interval here (Azure advises at least 60 s).
@@ -51,6 +49,9 @@ pub struct EngineConfig {
     /// that dies holding one delays that work by at most this long; a step starts no side
     /// effect with less than a quarter of it left.
     pub lease: Duration,
+    /// How many tranches `Engine::drive` steps at once (writing one tranche's file while
+    /// another's batch is created and a third's results are ingested).
+    pub parallel_steps: usize,
 }
 
 impl EngineConfig {
@@ -59,7 +60,6 @@ impl EngineConfig {
         Self {
             blobs: BlobStore::local(&data_dir.join("blobs")),
             legacy_raw_dir: data_dir.join("raw"),
-            outbox_dir: data_dir.join("outbox"),
             poll_interval: Duration::from_secs(30),
             provider_poll_intervals: BTreeMap::from([
                 (ProviderKind::Azure, Duration::from_secs(60)),
@@ -75,6 +75,7 @@ impl EngineConfig {
             token_budgets: BTreeMap::new(),
             default_token_budget: None,
             lease: Duration::from_secs(60),
+            parallel_steps: 4,
         }
     }
 

@@ -10,9 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use tranche_core::{
     Clock, EngineId, JobState, LeaseToken, ProviderKind, RequestState, SystemClock, TrancheState,
@@ -20,7 +18,7 @@ use tranche_core::{
 use tranche_providers::{InputTransport, Provider, UpstreamError};
 use tranche_store::{AttemptOutcome, IngestWriter, Store, TrancheRecord, TrancheUpdate};
 
-use crate::config::{EngineConfig, Until};
+use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::lease::{EnsureError, Lease, LeaseLost, Subject, engine_id};
 use crate::policy::{self, whole_secs};
@@ -112,74 +110,6 @@ impl Engine {
         if jitter > 0 { base + rand::random_range(0..=jitter) } else { base }
     }
 
-    /// Works until `until` holds or `cancel` fires, calling `on_tick` after every round.
-    pub async fn drive(
-        &self,
-        until: Until,
-        cancel: &CancellationToken,
-        mut on_tick: impl FnMut(),
-    ) -> Result<(), EngineError> {
-        loop {
-            let wait = match self.round(until, &mut on_tick).await {
-                Ok(None) => return Ok(()),
-                Ok(Some(wait)) => wait,
-                // Another engine holds the database past the busy timeout: losing a race is
-                // not an error; try again shortly.
-                Err(e) if e.is_contention() => {
-                    warn!(error = %e, "the store is busy; trying again");
-                    self.config
-                        .poll_interval
-                        .clamp(Duration::from_millis(50), Duration::from_secs(1))
-                }
-                Err(e) => return Err(e),
-            };
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                () = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
-            }
-        }
-    }
-
-    /// One round of [`Engine::drive`]: a tick, then how long to wait before the next, or
-    /// `None` when `until` holds.
-    pub(crate) async fn round(
-        &self,
-        until: Until,
-        on_tick: &mut impl FnMut(),
-    ) -> Result<Option<Duration>, EngineError> {
-        let stepped = self.tick_counted().await?;
-        on_tick();
-        match until {
-            Until::JobEnds(job) => {
-                if self.store.job(job).await?.is_none_or(|j| j.state.is_terminal()) {
-                    return Ok(None);
-                }
-            }
-            Until::Idle => {
-                if self.store.open_jobs().await?.is_empty() {
-                    return Ok(None);
-                }
-            }
-            Until::Cancelled => {}
-        }
-        let wait = match self.store.next_due().await? {
-            Some(due) => {
-                let now = self.now();
-                if due <= now {
-                    Duration::from_millis(0)
-                } else {
-                    Duration::from_secs(u64::try_from(due - now).unwrap_or(0))
-                }
-            }
-            None => self.config.poll_interval,
-        };
-        let wait = wait.min(self.config.poll_interval);
-        // Due work this engine cannot take (another account's or provider's tranche) is no
-        // reason to spin: a round that stepped nothing waits a while before the next.
-        let idle = self.config.poll_interval.min(Duration::from_secs(1));
-        Ok(Some(if stepped == 0 && wait < idle { idle } else { wait }))
-    }
-
     /// One round: plan waiting requests, move every due tranche one step, settle jobs. Each
     /// tranche is stepped under its lease; one that another engine holds is left to it.
     pub async fn tick(&self) -> Result<(), EngineError> {
@@ -188,44 +118,68 @@ impl Engine {
 
     /// [`Engine::tick`], answering how many tranches it stepped.
     async fn tick_counted(&self) -> Result<usize, EngineError> {
+        self.plan_all().await?;
         let mut stepped = 0;
+        for due in self.store.due_tranches(self.now()).await? {
+            let Some((tranche, lease)) = self.take(&due).await? else { continue };
+            self.step_and_release(tranche, lease).await?;
+            stepped += 1;
+        }
+        self.settle_jobs().await?;
+        Ok(stepped)
+    }
+
+    /// Plans the waiting requests of every provider this engine has an adapter for.
+    pub(crate) async fn plan_all(&self) -> Result<(), EngineError> {
         for kind in ProviderKind::ALL {
             if self.providers.get(kind).is_some() {
                 self.plan(kind).await?;
             }
         }
-        for due in self.store.due_tranches(self.now()).await? {
-            // An engine steps only tranches of accounts it has credentials for; tranches made
-            // before accounts were recorded go to any engine of their provider.
-            let Some(provider) = self.providers.get(due.provider) else { continue };
-            if due.account.as_ref().is_some_and(|account| *account != provider.account()) {
-                continue;
-            }
-            let token = LeaseToken::new();
-            let Some((tranche, grant)) = self
-                .store
-                .lease_tranche(due.id, &self.id, token, self.config.lease, self.now())
-                .await?
-            else {
-                debug!(tranche = %due.id, "another engine has the tranche");
-                continue;
-            };
-            let state = tranche.state;
-            let lease = Lease::hold(
-                self.store.clone(),
-                Subject::Tranche(tranche.id),
-                token,
-                self.config.lease,
-                grant,
-                Some(state),
-            );
-            let result = self.step(tranche, &lease).await;
-            lease.release().await;
-            result?;
-            stepped += 1;
+        Ok(())
+    }
+
+    /// Takes the lease of a due tranche, answering it as the lease shows it; `None` when
+    /// another engine holds it, or when it is another account's or provider's (an engine steps
+    /// only tranches of accounts it has credentials for; tranches made before accounts were
+    /// recorded go to any engine of their provider).
+    pub(crate) async fn take(
+        &self,
+        due: &TrancheRecord,
+    ) -> Result<Option<(TrancheRecord, Lease)>, EngineError> {
+        let Some(provider) = self.providers.get(due.provider) else { return Ok(None) };
+        if due.account.as_ref().is_some_and(|account| *account != provider.account()) {
+            return Ok(None);
         }
-        self.settle_jobs().await?;
-        Ok(stepped)
+        let token = LeaseToken::new();
+        let Some((tranche, grant)) = self
+            .store
+            .lease_tranche(due.id, &self.id, token, self.config.lease, self.now())
+            .await?
+        else {
+            debug!(tranche = %due.id, "another engine has the tranche");
+            return Ok(None);
+        };
+        let lease = Lease::hold(
+            self.store.clone(),
+            Subject::Tranche(tranche.id),
+            token,
+            self.config.lease,
+            grant,
+            Some(tranche.state),
+        );
+        Ok(Some((tranche, lease)))
+    }
+
+    /// Steps a tranche taken with [`Engine::take`], then hands its lease back.
+    pub(crate) async fn step_and_release(
+        &self,
+        tranche: TrancheRecord,
+        lease: Lease,
+    ) -> Result<(), EngineError> {
+        let result = self.step(tranche, &lease).await;
+        lease.release().await;
+        result
     }
 
     /// Moves one tranche, whose lease this engine holds, one step. A step whose lease passed
@@ -333,6 +287,10 @@ impl Engine {
                 .defer_tranche(tranche.id, lease.token(), &error, now + whole_secs(wait), now)
                 .await?;
             return if deferred { Ok(()) } else { Err(Abandoned::Lost) };
+        }
+        // The batch has ended or will never be made: its input file is not needed again.
+        if let Err(e) = self.remove_input(tranche.id).await {
+            warn!(tranche = %tranche.id, error = %e, "could not remove the tranche's input file");
         }
         match tranche.state {
             TrancheState::Cleaning => {

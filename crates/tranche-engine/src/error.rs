@@ -24,6 +24,8 @@ pub enum EngineError {
     },
     #[error("no {0} provider is configured; pass its credentials (see `tranche run --help`)")]
     ProviderNotConfigured(ProviderKind),
+    #[error("a tranche step stopped unexpectedly: {0}")]
+    StepPanicked(#[source] tokio::task::JoinError),
 }
 
 impl EngineError {

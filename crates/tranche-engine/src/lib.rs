@@ -6,6 +6,7 @@
 
 mod cancel;
 mod config;
+mod drive;
 mod engine;
 mod error;
 mod lease;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use tranche_core::{JobId, JobSettings, ProviderKind};
 use tranche_engine::{Engine, EngineConfig, Providers};
-use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
+use tranche_providers::{OpenAiConfig, OpenAiProvider, Provider, http_client};
 use tranche_sim::{SimConfig, SimHandle, Simulator};
 use tranche_store::Store;
 use tranche_store_sqlite::SqliteStore;
@@ -49,9 +49,22 @@ impl Harness {
         base_url: String,
         tune: impl FnOnce(&mut EngineConfig),
     ) -> Engine {
+        self.engine_over(Arc::new(self.openai_at(base_url)), tune).await
+    }
+
+    /// An OpenAI adapter reaching `base_url`.
+    pub fn openai_at(&self, base_url: String) -> OpenAiProvider {
         let mut config = OpenAiConfig::new(SecretString::from("sk-test"));
         config.base_url = base_url;
-        let provider = OpenAiProvider::new(config, http_client().unwrap()).unwrap();
+        OpenAiProvider::new(config, http_client().unwrap()).unwrap()
+    }
+
+    /// A fresh engine over the same store reaching its provider through `provider`.
+    pub async fn engine_over(
+        &self,
+        provider: Arc<dyn Provider>,
+        tune: impl FnOnce(&mut EngineConfig),
+    ) -> Engine {
         let mut engine_config = EngineConfig {
             poll_interval: Duration::ZERO,
             retry_backoff: Duration::ZERO,
@@ -59,7 +72,7 @@ impl Harness {
         };
         engine_config.provider_poll_intervals.clear();
         tune(&mut engine_config);
-        Engine::new(self.store().await, Providers::new().with(Arc::new(provider)), engine_config)
+        Engine::new(self.store().await, Providers::new().with(provider), engine_config)
     }
 }
 

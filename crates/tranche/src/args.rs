@@ -157,6 +157,10 @@ pub struct EngineArgs {
     /// died resumes after at most this long [default: 60].
     #[arg(long)]
     pub lease: Option<f64>,
+    /// How many batches one engine works on at once: one's file is written while another's
+    /// batch is created and a third's results are read [default: 4].
+    #[arg(long)]
+    pub parallel_steps: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -293,6 +297,7 @@ impl EngineArgs {
             max_attempts: None,
             file_expires_after: provider.file_expires_after,
             blob_store: blob_store.map(str::to_owned),
+            parallel_steps: self.parallel_steps,
         })
     }
 }

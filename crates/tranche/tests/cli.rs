@@ -621,9 +621,52 @@ fn raw_results_rest_in_the_configured_blob_store_and_engines_must_share_it() {
     assert_eq!(raw.len() as u64, tranches, "one output file per batch: {raw:?}");
     assert!(!env.path("state/blobs").exists(), "nothing rests in the data folder");
     assert!(!env.path("state/raw").exists());
+    // No request body, input file or result passed through local disk: the data folder holds
+    // the database alone.
+    let local = files_under(&env.path("state"));
+    assert!(local.iter().all(|f| f.extension().is_none_or(|e| e != "jsonl")), "{local:?}");
+    let bodies =
+        runtime.block_on(blobs.list(&tranche_blob::BlobKey::new("bodies").unwrap())).unwrap();
+    assert_eq!(bodies.len(), 1, "{bodies:?}");
+    let inputs =
+        runtime.block_on(blobs.list(&tranche_blob::BlobKey::new("tranches").unwrap())).unwrap();
+    assert!(inputs.is_empty(), "input files are removed once their batches end: {inputs:?}");
+    // Results read back from the raw objects on S3.
+    let job = status["job_id"].as_str().unwrap();
+    let mut results = env.tranche();
+    for (key, value) in &options {
+        results.env(key, value);
+    }
+    let out = results.env("TRANCHE_BLOB_STORE", &url).args(["results", job]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<Value> = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 30);
+    assert!(
+        lines.iter().all(|l| l["status"] == "succeeded" && l["output"].is_object()),
+        "{lines:?}"
+    );
     // Another blob store for the same deployment is refused, naming both.
     let out = run(&["--version", "v2", "--blob-store", "file:///tmp/elsewhere"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&url) && stderr.contains("file:///tmp/elsewhere"), "{stderr}");
+}
+
+/// Every file under `dir`, at any depth.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
 }

@@ -1,4 +1,5 @@
-//! Deleting a tranche's provider files once its results are safe.
+//! Deleting a tranche's provider files once its results are safe, and its input file in the
+//! blob store.
 
 use tracing::{debug, info};
 use tranche_core::TrancheState;
@@ -21,6 +22,7 @@ impl Engine {
             self.store.mark_file_deleted(tranche.provider, &file, self.now()).await?;
             debug!(tranche = %tranche.id, file = %file, "deleted provider file");
         }
+        self.remove_input(tranche.id).await?;
         self.transition(lease, TrancheUpdate::to(TrancheState::Done, self.now())).await?;
         info!(tranche = %tranche.id, "tranche done");
         Ok(())

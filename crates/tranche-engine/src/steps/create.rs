@@ -1,12 +1,11 @@
 //! Creating a tranche's batch at the provider, with the intent recorded first.
 
-use tracing::{debug, info};
+use tracing::info;
 use tranche_core::TrancheState;
 use tranche_providers::{BatchInput, CreateBatch, FileId, InlineInput, InputTransport, Provider};
 use tranche_store::{TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
-use crate::error::EngineError;
 use crate::lease::Lease;
 
 impl Engine {
@@ -16,7 +15,6 @@ impl Engine {
         tranche: &TrancheRecord,
         lease: &Lease,
     ) -> Result<(), StepError> {
-        let inline_path = self.input_path(tranche.id, lease);
         let file_id;
         let input = match provider.transport() {
             InputTransport::UploadFile => {
@@ -28,12 +26,12 @@ impl Engine {
                 BatchInput::File(&file_id)
             }
             InputTransport::Inline => {
-                // Rebuilt from the store every time, so a retry never sends a stale file.
-                self.write_input(provider, tranche.id, &inline_path).await?;
-                let lines = InlineInput::from_file(&inline_path)
-                    .await
-                    .map_err(EngineError::io("reading", &inline_path))?;
-                BatchInput::Inline(lines)
+                let input = self.write_input(provider, tranche.id).await?;
+                BatchInput::Inline(InlineInput {
+                    lines: self.input_body(&input).await?,
+                    count: input.lines,
+                    line_bytes: input.line_bytes,
+                })
             }
         };
         let now = self.now();
@@ -42,11 +40,6 @@ impl Engine {
         let batch = provider
             .create_batch(CreateBatch { tranche_id: tranche.id, input, endpoint: tranche.endpoint })
             .await?;
-        if provider.transport() == InputTransport::Inline
-            && let Err(e) = tokio::fs::remove_file(&inline_path).await
-        {
-            debug!(path = %inline_path.display(), error = %e, "could not remove the sent input file");
-        }
         let now = self.now();
         let mut update = TrancheUpdate::to(TrancheState::Submitted, now);
         update.batch_id = Some(batch.id.as_str().to_owned());

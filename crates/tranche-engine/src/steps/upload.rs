@@ -1,14 +1,12 @@
-//! Writing a tranche's input file and uploading it, with the intent recorded first.
+//! Writing a tranche's input file into the blob store and uploading it from there, with the
+//! intent recorded first.
 
-use std::path::{Path, PathBuf};
-
-use futures::TryStreamExt;
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tracing::{debug, info};
-use tranche_blob::BlobKey;
+use futures::{StreamExt, TryStreamExt};
+use tracing::info;
+use tranche_blob::{BlobKey, BlobRef, BlobWriter};
 use tranche_core::codec;
 use tranche_core::{Endpoint, ProviderKind, TrancheId, TrancheState};
-use tranche_providers::{Provider, ProviderFiles, UploadedFile};
+use tranche_providers::{Provider, UploadBody, UploadedFile};
 use tranche_store::{FilePurpose, FileRecord, InputBody, TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
@@ -24,15 +22,12 @@ impl Engine {
     ) -> Result<(), StepError> {
         let now = self.now();
         self.transition(lease, TrancheUpdate::to(TrancheState::Uploading, now)).await?;
-        let path = self.input_path(tranche.id, lease);
-        self.write_input(provider, tranche.id, &path).await?;
+        let input = self.write_input(provider, tranche.id).await?;
         lease.ensure().await?;
-        let uploaded = provider.upload_path(tranche.id, &path).await?;
+        let uploaded =
+            provider.upload_batch_file(tranche.id, self.input_body(&input).await?).await?;
         self.uploaded(tranche, lease, &uploaded).await?;
-        if let Err(e) = tokio::fs::remove_file(&path).await {
-            debug!(path = %path.display(), error = %e, "could not remove the uploaded input file");
-        }
-        info!(tranche = %tranche.id, "uploaded input file");
+        info!(tranche = %tranche.id, bytes = input.blob.size, "uploaded input file");
         Ok(())
     }
 
@@ -61,26 +56,38 @@ impl Engine {
         Ok(self.transition(lease, update).await?)
     }
 
-    /// Where a step writes a tranche's input file: named by the step's lease, so that two
-    /// engines never write one path.
-    pub(crate) fn input_path(&self, tranche: TrancheId, lease: &Lease) -> PathBuf {
-        self.config.outbox_dir.join(format!("tranche-{tranche}.{}.jsonl", lease.token()))
-    }
-
+    /// Writes the tranche's input file into the blob store (`tranches/<id>/input.jsonl`),
+    /// assembled from the byte ranges of its requests' bodies. It is rebuilt from the store
+    /// every time, so a retry never sends a stale file; two engines that both write it write
+    /// the same bytes, and the object is replaced whole.
     pub(crate) async fn write_input(
         &self,
         provider: &dyn Provider,
         tranche: TrancheId,
-        path: &Path,
+    ) -> Result<InputObject, EngineError> {
+        let mut out = InputWriter {
+            blob: self.config.blobs.writer(&input_key(tranche)?),
+            lines: 0,
+            line_bytes: 0,
+        };
+        match self.assemble(provider.kind(), tranche, &mut out).await {
+            Ok(()) => {}
+            Err(e) => {
+                let _ = out.blob.abort().await;
+                return Err(e);
+            }
+        }
+        let blob = out.blob.finish().await?;
+        Ok(InputObject { blob, lines: out.lines, line_bytes: out.line_bytes })
+    }
+
+    async fn assemble(
+        &self,
+        kind: ProviderKind,
+        tranche: TrancheId,
+        out: &mut InputWriter,
     ) -> Result<(), EngineError> {
-        tokio::fs::create_dir_all(&self.config.outbox_dir)
-            .await
-            .map_err(EngineError::io("creating the outbox", &self.config.outbox_dir))?;
-        let file =
-            tokio::fs::File::create(path).await.map_err(EngineError::io("creating", path))?;
-        let mut out = BufWriter::new(file);
         let mut lines = self.store.tranche_input(tranche);
-        let kind = provider.kind();
         let mut buf = Vec::new();
         // Bodies resting in the blob store come in request order, one after another in their
         // job's object: they are read in runs of one range each and copied, never parsed.
@@ -88,7 +95,7 @@ impl Engine {
         while let Some(line) = lines.try_next().await? {
             match line.body {
                 InputBody::Text(text) => {
-                    self.flush_run(&mut run, kind, &mut out, path).await?;
+                    self.flush_run(&mut run, kind, out).await?;
                     buf.clear();
                     codec::write_input_line_json(
                         kind,
@@ -97,21 +104,64 @@ impl Engine {
                         line.endpoint,
                         &text,
                     );
-                    out.write_all(&buf).await.map_err(EngineError::io("writing", path))?;
+                    out.write(&buf).await?;
                 }
                 InputBody::InObject { object, offset, len } => {
                     if !run.extends(&object, offset, len) {
-                        self.flush_run(&mut run, kind, &mut out, path).await?;
+                        self.flush_run(&mut run, kind, out).await?;
                         run.start(object, offset);
                     }
                     run.push(line.wire_id, line.endpoint, offset, len);
                 }
             }
         }
-        self.flush_run(&mut run, kind, &mut out, path).await?;
-        out.flush().await.map_err(EngineError::io("writing", path))?;
-        out.into_inner().sync_all().await.map_err(EngineError::io("syncing", path))?;
-        Ok(())
+        self.flush_run(&mut run, kind, out).await
+    }
+
+    /// The tranche's input file, streamed from the blob store.
+    pub(crate) async fn input_body(&self, input: &InputObject) -> Result<UploadBody, EngineError> {
+        let stream = self.config.blobs.stream(&input.blob.key).await?;
+        Ok(UploadBody {
+            stream: stream.map_err(std::io::Error::other).boxed(),
+            len: input.blob.size,
+        })
+    }
+
+    /// Removes the tranche's input file from the blob store (its batch has ended, or will
+    /// never be made).
+    pub(crate) async fn remove_input(&self, tranche: TrancheId) -> Result<(), EngineError> {
+        Ok(self.config.blobs.delete(&input_key(tranche)?).await?)
+    }
+}
+
+/// Where a tranche's input file rests in the blob store while its batch is made.
+fn input_key(tranche: TrancheId) -> Result<BlobKey, EngineError> {
+    Ok(BlobKey::new(format!("tranches/{tranche}/input.jsonl"))?)
+}
+
+/// A tranche's input file as written: the object, its lines and their bytes without line ends
+/// (an inline create body's length follows from them).
+#[derive(Debug)]
+pub(crate) struct InputObject {
+    pub(crate) blob: BlobRef,
+    pub(crate) lines: u64,
+    pub(crate) line_bytes: u64,
+}
+
+/// The object an input file is written into, counting its lines.
+struct InputWriter {
+    blob: BlobWriter,
+    lines: u64,
+    line_bytes: u64,
+}
+
+impl InputWriter {
+    /// Appends whole lines, each ended by `\n`.
+    async fn write(&mut self, lines: &[u8]) -> Result<(), EngineError> {
+        let count = lines.iter().filter(|&&b| b == b'\n').count() as u64;
+        self.lines += count;
+        self.line_bytes += lines.len() as u64 - count;
+        Ok(self.blob.write(lines).await?)
     }
 }
 
@@ -157,8 +207,7 @@ impl Engine {
         &self,
         run: &mut BodyRun,
         kind: ProviderKind,
-        out: &mut BufWriter<tokio::fs::File>,
-        path: &Path,
+        out: &mut InputWriter,
     ) -> Result<(), EngineError> {
         if run.lines.is_empty() {
             return Ok(());
@@ -178,6 +227,6 @@ impl Engine {
                 })?;
             codec::write_input_line_json(kind, &mut buf, &wire_id, endpoint, body);
         }
-        out.write_all(&buf).await.map_err(EngineError::io("writing", path))
+        out.write(&buf).await
     }
 }

@@ -1,0 +1,173 @@
+//! The engine's loop: steps of several tranches at once, each started as soon as its tranche
+//! is due, so that no tranche waits for the others (a batch is created as soon as its file is
+//! uploaded, and collected as soon as it ends, while other tranches' files are still written).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+use tranche_core::{TrancheId, TrancheState};
+
+use crate::config::Until;
+use crate::engine::Engine;
+use crate::error::EngineError;
+
+/// How far along its life a tranche is. Steps of tranches further along go first, so that a
+/// batch is created as soon as its file is uploaded and collected as soon as it ends, rather
+/// than after every other tranche's file is written (a file can expire waiting, and so can a
+/// batch's results).
+fn progress(state: TrancheState) -> u8 {
+    match state {
+        TrancheState::Planned | TrancheState::Uploading => 0,
+        TrancheState::Uploaded | TrancheState::Creating => 1,
+        TrancheState::Submitted => 2,
+        TrancheState::Collecting => 3,
+        TrancheState::Ingesting => 4,
+        TrancheState::Cleaning | TrancheState::Done | TrancheState::Failed => 5,
+    }
+}
+
+/// The steps an engine runs at once, by tranche.
+struct Running {
+    tasks: JoinSet<(TrancheId, Result<(), EngineError>)>,
+    tranches: HashSet<TrancheId>,
+}
+
+impl Running {
+    fn new() -> Self {
+        Self { tasks: JoinSet::new(), tranches: HashSet::new() }
+    }
+
+    fn len(&self) -> usize {
+        self.tranches.len()
+    }
+
+    /// Records a step that ended: its engine failure, unless it only lost a race for the
+    /// database (another engine held it past the busy timeout: the tranche is due again).
+    fn ended(
+        &mut self,
+        joined: Result<(TrancheId, Result<(), EngineError>), tokio::task::JoinError>,
+    ) -> Result<(), EngineError> {
+        let (tranche, result) = joined.map_err(EngineError::StepPanicked)?;
+        self.tranches.remove(&tranche);
+        match result {
+            Err(e) if e.is_contention() => {
+                warn!(tranche = %tranche, error = %e, "the store is busy; the step will be tried again");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Waits for every running step to end, answering the first failure.
+    async fn drain(&mut self) -> Result<(), EngineError> {
+        let mut first = Ok(());
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Err(e) = self.ended(joined)
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+}
+
+impl Engine {
+    /// Works until `until` holds or `cancel` fires, calling `on_tick` after every round. Up
+    /// to `parallel_steps` tranches are stepped at once; a step that ends starts the next
+    /// round at once. Returning, it waits for the steps under way to end (each is short and
+    /// leaves the store consistent; cancelling one mid-way would hold its lease until it
+    /// lapses).
+    pub async fn drive(
+        &self,
+        until: Until,
+        cancel: &CancellationToken,
+        mut on_tick: impl FnMut(),
+    ) -> Result<(), EngineError> {
+        let mut running = Running::new();
+        let outcome = loop {
+            let wait = match self.round(until, &mut running, &mut on_tick).await {
+                Ok(None) => break Ok(()),
+                Ok(Some(wait)) => wait,
+                // Another engine holds the database past the busy timeout: losing a race is
+                // not an error; try again shortly.
+                Err(e) if e.is_contention() => {
+                    warn!(error = %e, "the store is busy; trying again");
+                    self.config
+                        .poll_interval
+                        .clamp(Duration::from_millis(50), Duration::from_secs(1))
+                }
+                Err(e) => break Err(e),
+            };
+            tokio::select! {
+                () = cancel.cancelled() => break Ok(()),
+                Some(joined) = running.tasks.join_next(), if running.len() > 0 => {
+                    if let Err(e) = running.ended(joined) {
+                        break Err(e);
+                    }
+                }
+                () = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
+            }
+        };
+        let drained = running.drain().await;
+        outcome.and(drained)
+    }
+
+    /// One round of [`Engine::drive`]: plan, start steps of due tranches not already under
+    /// way (while there is room), settle jobs; then how long to wait before the next round, or
+    /// `None` when `until` holds.
+    async fn round(
+        &self,
+        until: Until,
+        running: &mut Running,
+        on_tick: &mut impl FnMut(),
+    ) -> Result<Option<Duration>, EngineError> {
+        self.plan_all().await?;
+        let mut started = 0;
+        let room = self.config.parallel_steps.max(1);
+        let mut due = self.store.due_tranches(self.now()).await?;
+        due.sort_by_key(|t| std::cmp::Reverse(progress(t.state)));
+        for due in due {
+            if running.len() >= room {
+                break;
+            }
+            if running.tranches.contains(&due.id) {
+                continue;
+            }
+            let Some((tranche, lease)) = self.take(&due).await? else { continue };
+            let engine = self.clone();
+            running.tranches.insert(tranche.id);
+            running.tasks.spawn(async move {
+                let id = tranche.id;
+                (id, engine.step_and_release(tranche, lease).await)
+            });
+            started += 1;
+        }
+        self.settle_jobs().await?;
+        on_tick();
+        if self.until_holds(until).await? {
+            return Ok(None);
+        }
+        let wait = match self.store.next_due().await? {
+            Some(due) => Duration::from_secs(u64::try_from(due - self.now()).unwrap_or(0)),
+            None => self.config.poll_interval,
+        };
+        let wait = wait.min(self.config.poll_interval);
+        // Due work this engine cannot take (another account's or provider's tranche, or one
+        // whose step is under way) is no reason to spin: a round that started nothing waits a
+        // while, or until a step ends.
+        let idle = self.config.poll_interval.min(Duration::from_secs(1));
+        Ok(Some(if started == 0 && wait < idle { idle } else { wait }))
+    }
+
+    async fn until_holds(&self, until: Until) -> Result<bool, EngineError> {
+        Ok(match until {
+            Until::JobEnds(job) => self.store.job(job).await?.is_none_or(|j| j.state.is_terminal()),
+            Until::Idle => self.store.open_jobs().await?.is_empty(),
+            Until::Cancelled => false,
+        })
+    }
+}
