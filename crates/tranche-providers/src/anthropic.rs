@@ -21,11 +21,11 @@ use crate::oai;
 use crate::provider::Provider;
 use crate::streams::{Download, UploadBody, trim_line_end};
 use crate::time::{opt_timestamp, timestamp};
-use crate::types::WirePage;
 use crate::types::{
     BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, InputTransport, LineError,
     LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
 };
+use crate::types::{Usage, WirePage, range_within};
 
 const PROVIDER: ProviderKind = ProviderKind::Anthropic;
 
@@ -443,11 +443,12 @@ fn create_body_stream<R: tokio::io::AsyncRead + Send + Unpin + 'static>(
 
 /// Reads one line of a Message Batch results file.
 fn parse_anthropic_result_line(line: &str) -> Result<ResultLine, LineParseError> {
+    let whole = line;
     let line = line.trim();
     if line.is_empty() {
         return Err(LineParseError::Empty);
     }
-    let wire: WireIndividualResponse =
+    let wire: WireIndividualResponse<'_> =
         serde_json::from_str(line).map_err(|err| LineParseError::Invalid(err.to_string()))?;
     let never_ran = |code: &str, message: &str| {
         LineOutcome::Failed(LineError {
@@ -462,11 +463,15 @@ fn parse_anthropic_result_line(line: &str) -> Result<ResultLine, LineParseError>
         })
     };
     let outcome = match wire.result.kind.as_str() {
-        "succeeded" => LineOutcome::Succeeded {
-            status_code: 200,
-            request_id: None,
-            body: wire.result.message.ok_or(LineParseError::MissingBody { status: 200 })?,
-        },
+        "succeeded" => {
+            let message = wire.result.message.ok_or(LineParseError::MissingBody { status: 200 })?;
+            LineOutcome::Succeeded {
+                status_code: 200,
+                request_id: None,
+                body: range_within(whole, message.get()),
+                usage: Usage::of(message),
+            }
+        }
         "errored" => LineOutcome::Failed(errored(wire.result.error)),
         "canceled" => never_ran(
             "batch_cancelled",
@@ -508,17 +513,18 @@ fn errored(response: Option<WireErrorResponse>) -> LineError {
 }
 
 #[derive(Debug, Deserialize)]
-struct WireIndividualResponse {
+struct WireIndividualResponse<'a> {
     custom_id: String,
-    result: WireResult,
+    #[serde(borrow)]
+    result: WireResult<'a>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WireResult {
+struct WireResult<'a> {
     #[serde(rename = "type")]
     kind: String,
-    #[serde(default)]
-    message: Option<Box<RawValue>>,
+    #[serde(default, borrow)]
+    message: Option<&'a RawValue>,
     #[serde(default)]
     error: Option<WireErrorResponse>,
 }
@@ -721,10 +727,11 @@ mod tests {
         let parsed = provider().parse_result_line(&line).unwrap();
         assert_eq!(parsed.wire_id, "my-second-request");
         match parsed.outcome {
-            LineOutcome::Succeeded { status_code, request_id, body } => {
+            LineOutcome::Succeeded { status_code, request_id, body, usage } => {
                 assert_eq!(status_code, 200);
                 assert_eq!(request_id, None);
-                assert_eq!(body.get(), message);
+                assert_eq!(&line[body], message);
+                assert_eq!((usage.input_tokens, usage.output_tokens), (Some(11), Some(36)));
             }
             LineOutcome::Failed(err) => panic!("{err}"),
         }

@@ -26,6 +26,7 @@ pub use streams::{Download, InlineInput, ProviderFiles, UploadBody};
 pub use types::{
     BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId,
     InputTransport, LineError, LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
+    Usage,
 };
 
 /// The batch metadata key that names the tranche a batch was created for.

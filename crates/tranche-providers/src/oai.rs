@@ -21,11 +21,11 @@ use crate::error::{
 use crate::http::{self, RetryPolicy};
 use crate::streams::{Download, UploadBody};
 use crate::time::{opt_timestamp, timestamp};
-use crate::types::WirePage;
 use crate::types::{
     BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, LineError,
     LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
 };
+use crate::types::{Usage, WirePage, range_within};
 
 /// The `body` of a call that sends none.
 const NO_BODY: Option<&()> = None;
@@ -421,11 +421,12 @@ pub(crate) fn parse_result_line(
     provider: ProviderKind,
     line: &str,
 ) -> Result<ResultLine, LineParseError> {
+    let whole = line;
     let line = line.trim();
     if line.is_empty() {
         return Err(LineParseError::Empty);
     }
-    let wire: WireResultLine =
+    let wire: WireResultLine<'_> =
         serde_json::from_str(line).map_err(|err| LineParseError::Invalid(err.to_string()))?;
     if let Some(error) = wire.error {
         // The request never ran (batch expired or cancelled first).
@@ -456,11 +457,12 @@ pub(crate) fn parse_result_line(
             outcome: LineOutcome::Succeeded {
                 status_code: status,
                 request_id: response.request_id,
-                body,
+                body: range_within(whole, body.get()),
+                usage: Usage::of(body),
             },
         });
     }
-    let raw = response.body.as_deref().map(RawValue::get).unwrap_or_default();
+    let raw = response.body.map(RawValue::get).unwrap_or_default();
     let facts = parse_error_body(raw.as_bytes());
     let message = facts.message.unwrap_or_else(|| {
         let text = body_snippet(raw.as_bytes());
@@ -494,21 +496,21 @@ fn json_text(value: &serde_json::Value) -> Option<String> {
 }
 
 #[derive(Debug, Deserialize)]
-struct WireResultLine {
+struct WireResultLine<'a> {
     custom_id: String,
-    #[serde(default)]
-    response: Option<WireLineResponse>,
+    #[serde(default, borrow)]
+    response: Option<WireLineResponse<'a>>,
     #[serde(default)]
     error: Option<WireLineError>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WireLineResponse {
+struct WireLineResponse<'a> {
     status_code: u16,
     #[serde(default)]
     request_id: Option<String>,
-    #[serde(default)]
-    body: Option<Box<RawValue>>,
+    #[serde(default, borrow)]
+    body: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -807,14 +809,20 @@ mod tests {
 
     #[test]
     fn success_line() {
-        let line = r#"{"id":"batch_req_1","custom_id":"w-1","response":{"status_code":200,"request_id":"req_a","body":{"id":"chatcmpl-1","choices":[]}},"error":null}"#;
+        // Leading blanks and a line end, as read from a file: the body's range is in the line
+        // as given.
+        let line = "  {\"id\":\"batch_req_1\",\"custom_id\":\"w-1\",\"response\":{\"status_code\":200,\"request_id\":\"req_a\",\"body\":{\"id\":\"chatcmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,\"total_tokens\":10}}},\"error\":null}\n";
         let parsed = parse_result_line(ProviderKind::Openai, line).unwrap();
         assert_eq!(parsed.wire_id, "w-1");
         match parsed.outcome {
-            LineOutcome::Succeeded { status_code, request_id, body } => {
+            LineOutcome::Succeeded { status_code, request_id, body, usage } => {
                 assert_eq!(status_code, 200);
                 assert_eq!(request_id.as_deref(), Some("req_a"));
-                assert_eq!(body.get(), r#"{"id":"chatcmpl-1","choices":[]}"#);
+                assert_eq!(
+                    &line[body],
+                    r#"{"id":"chatcmpl-1","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#
+                );
+                assert_eq!(usage, Usage { input_tokens: Some(7), output_tokens: Some(3) });
             }
             LineOutcome::Failed(err) => panic!("{err}"),
         }
@@ -873,7 +881,7 @@ mod tests {
             panic!("expected success")
         };
         assert_eq!(request_id.as_deref(), Some("660b7424-b648-4b67-addc-862ba067d442"));
-        assert!(body.get().contains("content_filter_results"));
+        assert!(line[body].contains("content_filter_results"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -226,10 +227,42 @@ pub enum LineOutcome {
     Succeeded {
         status_code: u16,
         request_id: Option<String>,
-        /// The response body exactly as the provider sent it.
-        body: Box<RawValue>,
+        /// Where the response body stands in the line that was parsed, exactly as the
+        /// provider sent it: kept by reference, never copied.
+        body: Range<usize>,
+        /// The tokens the response reports using.
+        usage: Usage,
     },
     Failed(LineError),
+}
+
+/// The tokens a response reports: `prompt_tokens`/`completion_tokens` (chat completions,
+/// completions, embeddings) or `input_tokens`/`output_tokens` (Responses, Anthropic messages).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    #[serde(default, alias = "prompt_tokens")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, alias = "completion_tokens")]
+    pub output_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// The usage a response body reports (its top-level `usage`), read without building the
+    /// body: everything else is skipped.
+    pub(crate) fn of(body: &RawValue) -> Self {
+        #[derive(Deserialize)]
+        struct UsageOnly {
+            #[serde(default)]
+            usage: Option<Usage>,
+        }
+        serde_json::from_str::<UsageOnly>(body.get()).ok().and_then(|u| u.usage).unwrap_or_default()
+    }
+}
+
+/// The byte range of `part` (a slice of `line`) within `line`.
+pub(crate) fn range_within(line: &str, part: &str) -> Range<usize> {
+    let start = (part.as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+    start..start + part.len()
 }
 
 /// A per-line failure, with the same facts as `UpstreamError`.

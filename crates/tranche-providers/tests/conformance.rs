@@ -303,14 +303,21 @@ async fn fetch_results(provider: &dyn Provider, batch: &RemoteBatch, dir: &Path)
     files
 }
 
-/// Every result line, parsed, in file order.
-fn parse_all(provider: &dyn Provider, files: &[PathBuf]) -> Vec<tranche_providers::ResultLine> {
+/// Every result line, and what it parses to, in file order.
+fn parse_all(
+    provider: &dyn Provider,
+    files: &[PathBuf],
+) -> Vec<(String, tranche_providers::ResultLine)> {
     files
         .iter()
         .flat_map(|f| {
             std::fs::read_to_string(f).unwrap().lines().map(str::to_owned).collect::<Vec<_>>()
         })
-        .map(|line| provider.parse_result_line(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .map(|line| {
+            let parsed =
+                provider.parse_result_line(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            (line, parsed)
+        })
         .collect()
 }
 
@@ -363,11 +370,12 @@ async fn full_lifecycle(target: Target) {
     assert!(!files.is_empty());
     let lines = parse_all(provider, &files);
     let mut seen = Vec::new();
-    for line in &lines {
+    for (text, line) in &lines {
         match &line.outcome {
-            LineOutcome::Succeeded { status_code, body, .. } => {
+            LineOutcome::Succeeded { status_code, body, usage, .. } => {
                 assert_eq!(*status_code, 200);
-                let body: serde_json::Value = serde_json::from_str(body.get()).unwrap();
+                assert!(usage.input_tokens.is_some() && usage.output_tokens.is_some(), "{text}");
+                let body: serde_json::Value = serde_json::from_str(&text[body.clone()]).unwrap();
                 match target.kind() {
                     ProviderKind::Anthropic => assert_eq!(body["type"], "message"),
                     _ => assert_eq!(body["object"], "chat.completion"),
@@ -462,7 +470,7 @@ async fn cancel(target: Target) {
     // request that never ran can be sent again.
     let lines = parse_all(provider, &fetch_results(provider, &done, dir.path()).await);
     let mut seen = BTreeSet::new();
-    for line in &lines {
+    for (_, line) in &lines {
         assert!(sub.wire_ids.contains(&line.wire_id), "{}", line.wire_id);
         assert!(seen.insert(line.wire_id.clone()), "{} twice", line.wire_id);
         if let LineOutcome::Failed(err) = &line.outcome {

@@ -139,7 +139,7 @@ async fn full_lifecycle() {
         match parsed.outcome {
             LineOutcome::Succeeded { status_code, body, .. } => {
                 assert_eq!(status_code, 200);
-                let body: serde_json::Value = serde_json::from_str(body.get()).unwrap();
+                let body: serde_json::Value = serde_json::from_str(&line[body]).unwrap();
                 assert_eq!(body["object"], "chat.completion");
             }
             LineOutcome::Failed(err) => panic!("unexpected failure: {err}"),

@@ -2,8 +2,6 @@
 //! in bulk, failures decided one by one by the retry policy, the rest accounted for.
 
 use futures::TryStreamExt;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::io::StreamReader;
 use tracing::{info, warn};
@@ -21,26 +19,6 @@ use crate::steps::collect::raw_key;
 
 fn line_error_json(e: &LineError) -> String {
     serde_json::to_string(e).unwrap_or_else(|_| e.message.clone())
-}
-
-#[derive(Deserialize)]
-struct UsageOnly {
-    usage: Option<Usage>,
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(alias = "prompt_tokens")]
-    input_tokens: Option<u64>,
-    #[serde(alias = "completion_tokens")]
-    output_tokens: Option<u64>,
-}
-
-fn usage_of(body: &RawValue) -> (Option<u64>, Option<u64>) {
-    match serde_json::from_str::<UsageOnly>(body.get()) {
-        Ok(UsageOnly { usage: Some(u) }) => (u.input_tokens, u.output_tokens),
-        _ => (None, None),
-    }
 }
 
 impl Engine {
@@ -107,23 +85,19 @@ impl Engine {
                     }
                 };
                 match parsed.outcome {
-                    LineOutcome::Succeeded { status_code, body, .. } => {
-                        let (input_tokens, output_tokens) = usage_of(&body);
-                        // The body is the line's own text (kept exactly), found where it stands.
-                        let output = match line.find(body.get()) {
-                            Some(at) => OutputRef::InObject {
-                                object: key.as_str().to_owned(),
-                                offset: line_start + at as u64,
-                                len: body.get().len() as u64,
-                            },
-                            None => OutputRef::Text(String::from(Box::<str>::from(body))),
+                    LineOutcome::Succeeded { status_code, body, usage, .. } => {
+                        // The body is kept as its byte range in the raw file, exactly as sent.
+                        let output = OutputRef::InObject {
+                            object: key.as_str().to_owned(),
+                            offset: line_start + body.start as u64,
+                            len: body.len() as u64,
                         };
                         successes.push(Success {
                             wire_id: parsed.wire_id,
                             status_code,
                             output,
-                            input_tokens,
-                            output_tokens,
+                            input_tokens: usage.input_tokens,
+                            output_tokens: usage.output_tokens,
                         });
                         if successes.len() >= SUCCESS_CHUNK {
                             let sent = successes.len() as u64;
