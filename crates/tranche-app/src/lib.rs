@@ -21,7 +21,9 @@ use tranche_store_sqlite::SqliteStore;
 pub use config::{CONFIG_ENV, CONFIG_FILE, EngineSettings, config_file};
 pub use error::AppError;
 pub use providers::{ProviderOptions, provider, providers};
-pub use tranche_engine::{Engine, EngineConfig, EngineError, Providers, Submitted, Until};
+pub use tranche_engine::{
+    Engine, EngineConfig, EngineError, Providers, PruneReport, Submitted, Until,
+};
 pub use tranche_store::JobRecord as Job;
 pub use views::{
     CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Waiting, upstream_text,
@@ -211,5 +213,18 @@ impl App {
             return Err(AppError::JobEnded { id: job.id, state: job.state });
         }
         Ok(engine.cancel_job(job.id).await?)
+    }
+
+    /// Prunes the jobs that ended more than `older_than` ago: their request rows, their
+    /// bodies and the raw result files no job left reads; their summaries stay (`status`
+    /// still shows them, `results` has nothing left to export). `dry_run` counts and removes
+    /// nothing. A pruned job's answers are no longer reused by later identical requests.
+    pub async fn prune(
+        &self,
+        engine: &Engine,
+        older_than: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<PruneReport, AppError> {
+        Ok(engine.prune(older_than, dry_run).await?)
     }
 }

@@ -54,7 +54,7 @@ impl Engine {
         // The job's canonical bodies, one a line, rest in one blob-store object; each request
         // row points at its range. The object is whole before the job that references it is
         // committed, and given up with the job when it is refused.
-        let body_key = BlobKey::new(format!("bodies/{job_id}.jsonl"))?;
+        let body_key = body_key(job_id)?;
         let mut bodies = self.config().blobs.writer(&body_key);
         let mut writer = self
             .store()
@@ -227,4 +227,9 @@ fn fits(limits: TrancheLimits, wire_bytes: u64, line: u64) -> Result<(), InputEr
         });
     }
     Ok(())
+}
+
+/// Where a job's request bodies rest in the blob store, one canonical body a line.
+pub(crate) fn body_key(job: JobId) -> Result<BlobKey, tranche_blob::BlobError> {
+    BlobKey::new(format!("bodies/{job}.jsonl"))
 }

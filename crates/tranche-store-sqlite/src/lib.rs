@@ -27,6 +27,7 @@ mod ingest;
 mod jobs;
 mod leases;
 mod plan;
+mod prune;
 mod queries;
 mod rows;
 mod tranches;
@@ -63,6 +64,7 @@ fn migrator() -> Migrator {
             "outputs by reference",
             include_str!("../migrations/sqlite/0008_outputs_by_reference.sql"),
         ),
+        migration(9, "prune", include_str!("../migrations/sqlite/0009_prune.sql")),
     ])
 }
 

@@ -722,6 +722,77 @@ pub async fn outputs_by_reference_are_kept_and_shared_by_reused_answers(store: &
     assert_eq!(rows[0].output, expected(300));
 }
 
+/// Pruning: an ended job's rows go and its summary stays; a job that has not ended is left
+/// whole; a tranche's raw results are in use while a job not pruned held it or reads answers
+/// reused from it, unless that job is being pruned too.
+pub async fn pruning_removes_rows_keeps_summaries_and_sees_who_still_reads_raw_files(
+    store: &dyn Store,
+) {
+    let first = add_hashed_job(store, &[("a", "h1"), ("b", "h1")]).await;
+    let (tranche, _) = claim_all(store, "m").await;
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    let object = format!("raw/{tranche}/output.jsonl");
+    let by_ref = |wire_id: &str, offset: u64| Success {
+        output: OutputRef::InObject { object: object.clone(), offset, len: 40 },
+        ..success(wire_id, "")
+    };
+    let mut lines = vec![by_ref("a:t:v1", 100), by_ref("b:t:v1", 300)];
+    assert_eq!(writer.record_successes(&mut lines, 5).await.unwrap(), 2);
+    assert!(writer.commit(TrancheState::Cleaning, 5).await.unwrap());
+    let cleaning = Held { token: held.token, state: TrancheState::Cleaning };
+    // While the tranche runs, its raw files are in use whoever is pruned.
+    assert!(store.tranche_in_use(tranche, &object, &[first]).await.unwrap());
+    let done = TrancheUpdate::to(TrancheState::Done, 6);
+    assert!(store.update_tranche(tranche, cleaning, done).await.unwrap());
+    let second = add_hashed_job(store, &[("b", "h1")]).await;
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 10).await.unwrap();
+    assert_eq!(store.answer_from(&answers, 7).await.unwrap(), 1);
+    let open = add_job(store, 2, "other").await;
+    assert!(store.set_job_state(first, JobState::Done, None, 10).await.unwrap());
+    assert!(store.set_job_state(second, JobState::Done, None, 20).await.unwrap());
+
+    let listed = |jobs: Vec<(JobRecord, bool)>| -> Vec<(JobId, bool)> {
+        jobs.into_iter().map(|(job, kept)| (job.id, kept)).collect()
+    };
+    assert_eq!(listed(store.prunable_jobs(15).await.unwrap()), [(first, true)]);
+    assert_eq!(listed(store.prunable_jobs(25).await.unwrap()), [(first, true), (second, true)]);
+    let unknown = TrancheId::new();
+    assert!(store.tranche_in_use(unknown, "raw/x/output.jsonl", &[]).await.unwrap(), "not ours");
+    assert!(store.tranche_in_use(tranche, &object, &[]).await.unwrap());
+    assert!(store.tranche_in_use(tranche, &object, &[first]).await.unwrap(), "second reads it");
+    assert!(store.tranche_in_use(tranche, &object, &[second]).await.unwrap(), "first held it");
+    assert!(!store.tranche_in_use(tranche, &object, &[first, second]).await.unwrap());
+
+    assert_eq!(store.prune_job_rows(first, 30).await.unwrap(), 2);
+    assert_eq!(store.prune_job_rows(first, 31).await.unwrap(), 0, "once");
+    let rows: Vec<ResultRow> = store.job_results(first).try_collect().await.unwrap();
+    assert!(rows.is_empty());
+    let job = store.job(first).await.unwrap().unwrap();
+    assert_eq!((job.state, job.accepted), (JobState::Done, 2));
+    let counts = store.job_counts(first).await.unwrap();
+    assert_eq!((counts.accepted, counts.succeeded), (2, 2), "the summary stays");
+    assert_eq!(store.job_tranche_counts(first).await.unwrap(), [(TrancheState::Done, 1)]);
+    assert_eq!(
+        listed(store.prunable_jobs(25).await.unwrap()),
+        [(first, false), (second, true)],
+        "rows gone, bytes not yet"
+    );
+    assert!(store.tranche_in_use(tranche, &object, &[]).await.unwrap(), "second still reads it");
+    store.job_pruned(first, 32).await.unwrap();
+    assert_eq!(listed(store.prunable_jobs(25).await.unwrap()), [(second, true)]);
+
+    // A job that has not ended keeps everything.
+    assert_eq!(store.prune_job_rows(open, 33).await.unwrap(), 0);
+    let rows: Vec<ResultRow> = store.job_results(open).try_collect().await.unwrap();
+    assert_eq!(rows.len(), 2);
+    store.job_pruned(open, 33).await.unwrap();
+    assert_eq!(store.prunable_jobs(i64::MAX).await.unwrap().len(), 1, "only second");
+
+    assert_eq!(store.prune_job_rows(second, 34).await.unwrap(), 1);
+    assert!(!store.tranche_in_use(tranche, &object, &[]).await.unwrap());
+}
+
 /// Eight claims racing for the same requests: each request lands in exactly one tranche.
 pub async fn racing_claims_never_overlap(store: &dyn Store) {
     let job = add_job(store, 200, "m").await;
@@ -867,6 +938,7 @@ macro_rules! store_conformance {
             racing_claims_never_overlap,
             ingest_repeated_changes_nothing,
             earlier_answers_match_custom_id_and_input_hash,
+            pruning_removes_rows_keeps_summaries_and_sees_who_still_reads_raw_files,
         );
     };
     (@checks $factory:path; $($check:ident,)+) => {

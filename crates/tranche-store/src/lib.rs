@@ -17,5 +17,5 @@ pub use error::{DuplicateCustomId, StoreError, StoreResult};
 pub use records::*;
 pub use traits::{
     DeploymentStore, FileStore, IngestStore, IngestWriter, JobStore, JobWriter, LeaseStore,
-    PlanStore, QueryStore, Store, TrancheStore,
+    PlanStore, PruneStore, QueryStore, Store, TrancheStore,
 };

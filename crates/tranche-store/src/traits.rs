@@ -328,6 +328,35 @@ pub trait DeploymentStore: Send + Sync {
     async fn deployment_fact(&self, key: &str, proposed: &str) -> StoreResult<String>;
 }
 
+/// Retention: forgetting the requests of jobs that ended long ago, keeping what they were.
+#[async_trait::async_trait]
+pub trait PruneStore: Send + Sync {
+    /// Jobs that ended at or before `before` and still hold request rows or bytes, oldest first,
+    /// each with whether its request rows are still there (a prune that stopped half-way
+    /// removed them, not yet the bytes).
+    async fn prunable_jobs(&self, before: i64) -> StoreResult<Vec<(JobRecord, bool)>>;
+
+    /// Removes an ended job's request rows and everything kept per request (attempts, bodies
+    /// and outputs held in the database), keeping the job itself with its counts and token
+    /// totals, its tranches and the provider files recorded. Answers how many requests were
+    /// removed; a job that has not ended is left whole (0).
+    async fn prune_job_rows(&self, job: JobId, at: i64) -> StoreResult<u64>;
+
+    /// Whether a tranche's files are still needed by a job other than those in `ignoring`:
+    /// the tranche has not ended, such a job's requests were in it, or such a job answered
+    /// requests from `outputs` (its raw output object). A tranche this store does not know
+    /// is not its to judge: in use.
+    async fn tranche_in_use(
+        &self,
+        tranche: TrancheId,
+        outputs: &str,
+        ignoring: &[JobId],
+    ) -> StoreResult<bool>;
+
+    /// Records that a pruned job's bytes are gone: it is not listed as prunable again.
+    async fn job_pruned(&self, job: JobId, at: i64) -> StoreResult<()>;
+}
+
 /// A whole store: every capability, one backend.
 #[async_trait::async_trait]
 pub trait Store:
@@ -339,6 +368,7 @@ pub trait Store:
     + IngestStore
     + LeaseStore
     + DeploymentStore
+    + PruneStore
     + std::fmt::Debug
 {
     /// Closes every connection (SQLite checkpoints its log).

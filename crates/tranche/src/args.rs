@@ -50,6 +50,9 @@ pub enum Command {
     Results(ResultsArgs),
     /// Cancel a job: waiting requests at once, its batches at the provider.
     Cancel(CancelArgs),
+    /// Forget jobs that ended long ago: their requests and the bytes no other job needs; each
+    /// job's summary stays.
+    Prune(PruneArgs),
     /// Serve the provider simulator on localhost.
     Sim(SimArgs),
 }
@@ -221,6 +224,24 @@ pub struct ResultsArgs {
     /// Write to this file instead of stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Prune jobs that ended longer ago than this: `30d`, `12h`, `90m`, `1h 30m`, `45s`.
+    #[arg(long, value_parser = parse_duration)]
+    pub older_than: std::time::Duration,
+    /// Count what would be removed and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 30d, 12h, 90m or 45s"))
 }
 
 #[derive(Debug, Args)]

@@ -41,6 +41,9 @@ fn main() -> ExitCode {
             Command::Cancel(args) => {
                 with_app(global, |app| commands::cancel::run(app, global, args)).await
             }
+            Command::Prune(args) => {
+                with_app(global, |app| commands::prune::run(app, global, args)).await
+            }
             Command::Sim(args) => commands::sim::run(args).await,
         }
     });

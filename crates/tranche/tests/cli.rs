@@ -657,6 +657,62 @@ fn raw_results_rest_in_the_configured_blob_store_and_engines_must_share_it() {
     assert!(stderr.contains(&url) && stderr.contains("file:///tmp/elsewhere"), "{stderr}");
 }
 
+#[test]
+fn prune_forgets_ended_jobs_requests_and_bytes_and_keeps_their_summaries() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let input = env.write("input.jsonl", &tranche_lines(20));
+    let out = env
+        .tranche()
+        .args(["run", input.to_str().unwrap(), "--task", "t", "--json"])
+        .args(["--base-url", &sim.openai, "--poll-interval", "0.1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = serde_json::from_slice::<Value>(&out.stdout).unwrap()["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let prune = |extra: &[&str]| env.tranche().arg("prune").args(extra).output().unwrap();
+    // A job that ended a moment ago is not older than a day.
+    let out = prune(&["--older-than", "1d", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report,
+        serde_json::json!({"dry_run": false, "jobs": 0, "requests": 0, "objects": 0, "bytes": 0})
+    );
+    let out = prune(&["--older-than", "0s", "--dry-run", "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["dry_run"].as_bool(), report["jobs"].as_u64(), report["requests"].as_u64()),
+        (Some(true), Some(1), Some(20))
+    );
+    // The job's bodies and its batches' raw output files: everything in the blob store.
+    let stored = files_under(&env.path("state/blobs"));
+    assert!(stored.len() >= 2, "{stored:?}");
+    assert_eq!(report["objects"].as_u64(), Some(stored.len() as u64), "{report}");
+    let out = prune(&["--older-than", "0s", "--json"]);
+    let pruned: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(pruned["requests"], 20);
+    assert_eq!(pruned["bytes"], report["bytes"]);
+    assert!(files_under(&env.path("state/blobs")).is_empty());
+    // The job's summary stays; its results are gone.
+    let out = env.tranche().args(["status", &job, "--json"]).output().unwrap();
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (status["state"].as_str(), status["counts"]["succeeded"].as_u64()),
+        (Some("done"), Some(20)),
+        "{status}"
+    );
+    let out = env.tranche().args(["results", &job]).output().unwrap();
+    assert!(out.status.success() && out.stdout.is_empty(), "{}", text(&out));
+    // A duration that is not one is refused with what to write.
+    let out = prune(&["--older-than", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("30d"), "{}", text(&out));
+}
+
 /// Every file under `dir`, at any depth.
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();

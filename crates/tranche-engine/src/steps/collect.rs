@@ -12,9 +12,12 @@ use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
 use crate::lease::Lease;
 
+/// The folder of every tranche's raw result files, one folder a tranche.
+pub(crate) const RAW_FOLDER: &str = "raw";
+
 /// Where a tranche's raw result file `name` rests in the blob store.
 pub(crate) fn raw_key(tranche: TrancheId, name: &str) -> Result<BlobKey, EngineError> {
-    Ok(BlobKey::new(format!("raw/{tranche}/{name}"))?)
+    Ok(BlobKey::new(format!("{RAW_FOLDER}/{tranche}/{name}"))?)
 }
 
 /// Where a raw result file came from at the provider.

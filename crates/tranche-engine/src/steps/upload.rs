@@ -134,9 +134,12 @@ impl Engine {
     }
 }
 
+/// The folder of tranches' input files, one folder a tranche.
+pub(crate) const INPUT_FOLDER: &str = "tranches";
+
 /// Where a tranche's input file rests in the blob store while its batch is made.
 fn input_key(tranche: TrancheId) -> Result<BlobKey, EngineError> {
-    Ok(BlobKey::new(format!("tranches/{tranche}/input.jsonl"))?)
+    Ok(BlobKey::new(format!("{INPUT_FOLDER}/{tranche}/input.jsonl"))?)
 }
 
 /// A tranche's input file as written: the object, its lines and their bytes without line ends

@@ -2,6 +2,7 @@
 
 pub mod cancel;
 pub mod demo;
+pub mod prune;
 pub mod results;
 pub mod run;
 pub mod sim;
