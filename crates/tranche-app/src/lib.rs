@@ -12,6 +12,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
+use futures::TryStreamExt;
 use tokio::io::BufReader;
 use tranche_blob::BlobStore;
 use tranche_core::{JobId, JobSettings, JobState, ProviderKind};
@@ -28,6 +29,20 @@ pub use tranche_store::JobRecord as Job;
 pub use views::{
     CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Waiting, upstream_text,
 };
+
+/// A job's results exported into the blob store. Its keys are printed as JSON: add, never
+/// rename.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Exported {
+    /// The object's key in the blob store.
+    pub object: String,
+    /// The object's full address (the blob store's URL and the key).
+    pub url: String,
+    pub lines: u64,
+    pub bytes: u64,
+    /// Lower-case hex SHA-256 of the object.
+    pub sha256: String,
+}
 
 /// The use cases over one store. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -192,17 +207,63 @@ impl App {
     /// Writes a job's results to `out`, one JSON line per request in input order. Returns how
     /// many lines.
     pub async fn export(&self, job: JobId, out: &mut dyn Write) -> Result<u64, AppError> {
-        export::write_results(&*self.store, &self.blobs, job, out)
-            .await
-            .map_err(|source| AppError::Write { path: "results".into(), source })
+        self.export_into(job, out, Path::new("results")).await
     }
 
     /// Writes a job's results to the file at `path`.
     pub async fn export_to(&self, job: JobId, path: &Path) -> Result<u64, AppError> {
         let write_error = |source| AppError::Write { path: path.to_owned(), source };
         let file = std::fs::File::create(path).map_err(write_error)?;
-        let mut out = std::io::BufWriter::new(file);
-        export::write_results(&*self.store, &self.blobs, job, &mut out).await.map_err(write_error)
+        self.export_into(job, &mut std::io::BufWriter::new(file), path).await
+    }
+
+    async fn export_into(
+        &self,
+        job: JobId,
+        out: &mut dyn Write,
+        path: &Path,
+    ) -> Result<u64, AppError> {
+        let write_error = |source| AppError::Write { path: path.to_owned(), source };
+        let mut chunks = std::pin::pin!(export::result_chunks(&*self.store, &self.blobs, job));
+        let mut n = 0;
+        while let Some((chunk, lines)) = chunks.try_next().await? {
+            out.write_all(&chunk).map_err(write_error)?;
+            n += lines;
+        }
+        out.flush().map_err(write_error)?;
+        Ok(n)
+    }
+
+    /// Writes a job's results into the blob store as `exports/<job>/results.jsonl` (replacing
+    /// an earlier export; whole or not at all), for readers that fetch them from there.
+    pub async fn export_to_blob_store(&self, job: JobId) -> Result<Exported, AppError> {
+        let key = tranche_engine::export_key(job)?;
+        let mut writer = self.blobs.writer(&key);
+        let mut chunks = std::pin::pin!(export::result_chunks(&*self.store, &self.blobs, job));
+        let mut lines = 0;
+        loop {
+            let next = match chunks.try_next().await {
+                Ok(next) => next,
+                Err(e) => {
+                    let _ = writer.abort().await;
+                    return Err(e);
+                }
+            };
+            let Some((chunk, n)) = next else { break };
+            if let Err(e) = writer.write(&chunk).await {
+                let _ = writer.abort().await;
+                return Err(e.into());
+            }
+            lines += n;
+        }
+        let stored = writer.finish().await?;
+        Ok(Exported {
+            url: format!("{}/{}", self.blobs.url(), stored.key),
+            object: stored.key.to_string(),
+            lines,
+            bytes: stored.size,
+            sha256: stored.sha256,
+        })
     }
 
     /// Cancels a job that has not ended: its waiting requests at once, its own batches at the

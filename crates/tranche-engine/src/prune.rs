@@ -1,6 +1,7 @@
 //! Retention: forgetting jobs that ended long ago. A pruned job keeps its summary (state,
 //! counts, token totals, settings), its tranches and the provider files recorded; it loses
-//! its request rows, its request bodies, and the raw result files no other job still reads
+//! its request rows, its request bodies, its exports, and the raw result files no other job
+//! still reads
 //! (tranches are shared across jobs, and answers reused from earlier jobs point into their raw
 //! files). Nothing of a job that has not ended is touched.
 
@@ -14,15 +15,8 @@ use tranche_core::{JobId, TrancheId};
 
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::layout::{INPUT_FOLDER, RAW_FOLDER, body_key, export_folder, raw_key, tranche_of};
 use crate::policy::whole_secs;
-use crate::steps::collect::{RAW_FOLDER, raw_key};
-use crate::steps::upload::INPUT_FOLDER;
-use crate::submit::body_key;
-
-/// The tranche whose file `key` (`raw/<tranche>/...`, `tranches/<tranche>/...`) is.
-fn tranche_of(key: &str) -> Option<TrancheId> {
-    key.split('/').nth(1)?.parse().ok()
-}
 
 /// What a prune removed, or would remove when dry.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -70,6 +64,7 @@ impl Engine {
             if let Some(size) = self.config.blobs.size(&body).await? {
                 objects.push((body, size));
             }
+            objects.extend(self.config.blobs.list(&export_folder(job)?).await?);
         }
         objects.extend(self.released_tranche_files(&ids).await?);
         for (key, size) in objects {

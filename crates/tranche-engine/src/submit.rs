@@ -3,7 +3,7 @@
 
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
-use tranche_blob::{BlobKey, BlobWriter};
+use tranche_blob::BlobWriter;
 use tranche_core::codec::{input_line_len, wire_id};
 use tranche_core::input::{ErrorCollector, InputError, InputParser, Rejected, duplicate};
 use tranche_core::plan::TrancheLimits;
@@ -11,6 +11,7 @@ use tranche_core::{JobId, JobSettings, ProviderKind};
 use tranche_store::{JobWriter, NewJob, NewRequest, RequestBody, StoreError};
 
 use crate::engine::Engine;
+use crate::layout::body_key;
 
 /// A job accepted durably.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,9 +228,4 @@ fn fits(limits: TrancheLimits, wire_bytes: u64, line: u64) -> Result<(), InputEr
         });
     }
     Ok(())
-}
-
-/// Where a job's request bodies rest in the blob store, one canonical body a line.
-pub(crate) fn body_key(job: JobId) -> Result<BlobKey, tranche_blob::BlobError> {
-    BlobKey::new(format!("bodies/{job}.jsonl"))
 }

@@ -224,6 +224,10 @@ pub struct ResultsArgs {
     /// Write to this file instead of stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write into the blob store (`exports/<job>/results.jsonl`) instead of stdout, and print
+    /// where as JSON: `object`, `url`, `lines`, `bytes`, `sha256`.
+    #[arg(long, conflicts_with = "out")]
+    pub to_blob_store: bool,
 }
 
 #[derive(Debug, Args)]

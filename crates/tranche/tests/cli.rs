@@ -650,6 +650,29 @@ fn raw_results_rest_in_the_configured_blob_store_and_engines_must_share_it() {
         lines.iter().all(|l| l["status"] == "succeeded" && l["output"].is_object()),
         "{lines:?}"
     );
+    // The same export, into the blob store: the same bytes, whole, named in the answer.
+    let mut export = env.tranche();
+    for (key, value) in &options {
+        export.env(key, value);
+    }
+    let exported = export
+        .env("TRANCHE_BLOB_STORE", &url)
+        .args(["results", job, "--to-blob-store"])
+        .output()
+        .unwrap();
+    assert!(exported.status.success(), "{}", text(&exported));
+    let answer: Value = serde_json::from_slice(&exported.stdout).unwrap();
+    let object = format!("exports/{job}/results.jsonl");
+    assert_eq!(answer["object"], object.as_str());
+    assert_eq!(answer["url"], format!("{url}/{object}"));
+    assert_eq!(
+        (answer["lines"].as_u64(), answer["bytes"].as_u64()),
+        (Some(30), Some(out.stdout.len() as u64))
+    );
+    let stored = runtime.block_on(blobs.get(&tranche_blob::BlobKey::new(object).unwrap())).unwrap();
+    assert_eq!(stored.as_ref(), out.stdout.as_slice());
+    let local = files_under(&env.path("state"));
+    assert!(local.iter().all(|f| f.extension().is_none_or(|e| e != "jsonl")), "{local:?}");
     // Another blob store for the same deployment is refused, naming both.
     let out = run(&["--version", "v2", "--blob-store", "file:///tmp/elsewhere"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
@@ -682,15 +705,18 @@ fn prune_forgets_ended_jobs_requests_and_bytes_and_keeps_their_summaries() {
         report,
         serde_json::json!({"dry_run": false, "jobs": 0, "requests": 0, "objects": 0, "bytes": 0})
     );
+    let out = env.tranche().args(["results", &job, "--to-blob-store"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
     let out = prune(&["--older-than", "0s", "--dry-run", "--json"]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         (report["dry_run"].as_bool(), report["jobs"].as_u64(), report["requests"].as_u64()),
         (Some(true), Some(1), Some(20))
     );
-    // The job's bodies and its batches' raw output files: everything in the blob store.
+    // The job's bodies, its export and its batches' raw output files: everything in the blob
+    // store.
     let stored = files_under(&env.path("state/blobs"));
-    assert!(stored.len() >= 2, "{stored:?}");
+    assert!(stored.len() >= 3, "{stored:?}");
     assert_eq!(report["objects"].as_u64(), Some(stored.len() as u64), "{report}");
     let out = prune(&["--older-than", "0s", "--json"]);
     let pruned: Value = serde_json::from_slice(&out.stdout).unwrap();

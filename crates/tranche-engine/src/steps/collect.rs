@@ -3,22 +3,14 @@
 
 use futures::TryStreamExt;
 use tracing::{debug, info};
-use tranche_blob::BlobKey;
 use tranche_core::{TrancheId, TrancheState};
 use tranche_providers::{FileId, Provider};
 use tranche_store::{TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
+use crate::layout::raw_key;
 use crate::lease::Lease;
-
-/// The folder of every tranche's raw result files, one folder a tranche.
-pub(crate) const RAW_FOLDER: &str = "raw";
-
-/// Where a tranche's raw result file `name` rests in the blob store.
-pub(crate) fn raw_key(tranche: TrancheId, name: &str) -> Result<BlobKey, EngineError> {
-    Ok(BlobKey::new(format!("{RAW_FOLDER}/{tranche}/{name}"))?)
-}
 
 /// Where a raw result file came from at the provider.
 enum Source<'a> {
@@ -76,7 +68,8 @@ impl Engine {
                 Source::File(file) => provider.download_file(&FileId::new(file)).await?,
                 Source::ResultsUrl(url) => provider.download_results(url).await?,
             };
-            let mut writer = self.config.blobs.writer(&raw_key(tranche.id, name)?);
+            let mut writer =
+                self.config.blobs.writer(&raw_key(tranche.id, name).map_err(EngineError::from)?);
             let mut stream = download.stream;
             let mut bytes = 0u64;
             loop {

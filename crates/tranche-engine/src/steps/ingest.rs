@@ -13,9 +13,9 @@ use tranche_store::{
 
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
+use crate::layout::raw_key;
 use crate::lease::Lease;
 use crate::policy::{self, Budget, Failure};
-use crate::steps::collect::raw_key;
 
 fn line_error_json(e: &LineError) -> String {
     serde_json::to_string(e).unwrap_or_else(|_| e.message.clone())
@@ -50,7 +50,7 @@ impl Engine {
                 let update = TrancheUpdate::to(TrancheState::Collecting, now);
                 return Ok(self.transition(lease, update).await?);
             }
-            let key = raw_key(tranche.id, name)?;
+            let key = raw_key(tranche.id, name).map_err(EngineError::from)?;
             let chunks = self.config.blobs.stream(&key).await.map_err(EngineError::from)?;
             let reader = StreamReader::new(chunks.map_err(std::io::Error::other));
             let mut reader = BufReader::new(reader);

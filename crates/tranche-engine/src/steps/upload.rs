@@ -11,6 +11,7 @@ use tranche_store::{FilePurpose, FileRecord, InputBody, TrancheRecord, TrancheUp
 
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
+use crate::layout::input_key;
 use crate::lease::Lease;
 
 impl Engine {
@@ -132,14 +133,6 @@ impl Engine {
     pub(crate) async fn remove_input(&self, tranche: TrancheId) -> Result<(), EngineError> {
         Ok(self.config.blobs.delete(&input_key(tranche)?).await?)
     }
-}
-
-/// The folder of tranches' input files, one folder a tranche.
-pub(crate) const INPUT_FOLDER: &str = "tranches";
-
-/// Where a tranche's input file rests in the blob store while its batch is made.
-fn input_key(tranche: TrancheId) -> Result<BlobKey, EngineError> {
-    Ok(BlobKey::new(format!("{INPUT_FOLDER}/{tranche}/input.jsonl"))?)
 }
 
 /// A tranche's input file as written: the object, its lines and their bytes without line ends
