@@ -47,6 +47,33 @@ fn assert_exactly_once(env: &Env, sim: &SimProcess, job: &str, n: usize) {
         "a tranche's batch was created twice: {batches:?}"
     );
     assert_eq!(probe::stats(sim.root())["files_live"], 0, "files left at the provider");
+    assert_whole_objects(env);
+}
+
+/// Every object the store refers to is whole: each raw result file is complete JSONL (the
+/// answers above were read from them), and no tranche input file outlived its batch. A writer
+/// killed mid-object leaves at most a staging file beside the object's name, never the name.
+fn assert_whole_objects(env: &Env) {
+    let blobs = env.path("state/blobs");
+    let raw: Vec<_> = std::fs::read_dir(blobs.join("raw"))
+        .unwrap()
+        .flat_map(|tranche| std::fs::read_dir(tranche.unwrap().path()).unwrap())
+        .map(|file| file.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    assert!(!raw.is_empty());
+    for path in raw {
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.is_empty() || text.ends_with('\n'), "{} is cut short", path.display());
+        for line in text.lines() {
+            let parsed: Result<Value, _> = serde_json::from_str(line);
+            assert!(parsed.is_ok(), "{} holds a partial line: {line}", path.display());
+        }
+    }
+    let inputs = std::fs::read_dir(blobs.join("tranches"))
+        .map(|dir| dir.flat_map(|t| std::fs::read_dir(t.unwrap().path()).unwrap()).count())
+        .unwrap_or(0);
+    assert_eq!(inputs, 0, "input files outlived their batches");
 }
 
 fn submit(env: &Env, n: usize) -> String {
