@@ -38,14 +38,14 @@ fn raw(text: Option<String>) -> Result<Option<Box<RawValue>>, AppError> {
 /// batches' raw files (results come back shuffled): read one by one they cost a request each
 /// (on S3 a round trip, locally a file opened), read a window at a time they become a few long
 /// ranges, each read once.
-const WINDOW_ROWS: usize = 8192;
+const WINDOW_ROWS: usize = 4096;
 
 /// Two answers of one object closer than this are read in one range: reading the gap costs
 /// less than another request.
 const MAX_GAP: u64 = 64 << 10;
 
 /// The longest range read at once.
-const MAX_SPAN: u64 = 8 << 20;
+const MAX_SPAN: u64 = 2 << 20;
 
 /// Ranges read at once.
 const READS_IN_FLIGHT: usize = 4;
