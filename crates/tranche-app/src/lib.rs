@@ -257,6 +257,14 @@ impl App {
             lines += n;
         }
         let stored = writer.finish().await?;
+        self.store
+            .record_blob(&tranche_store::BlobRecord {
+                key: stored.key.to_string(),
+                size: stored.size,
+                sha256: stored.sha256.clone(),
+                created_at: tranche_core::Clock::now(&tranche_core::SystemClock),
+            })
+            .await?;
         Ok(Exported {
             url: format!("{}/{}", self.blobs.url(), stored.key),
             object: stored.key.to_string(),

@@ -12,11 +12,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tracing::{debug, info, warn};
+use tranche_blob::BlobRef;
 use tranche_core::{
     Clock, EngineId, JobState, LeaseToken, ProviderKind, RequestState, SystemClock, TrancheState,
 };
 use tranche_providers::{InputTransport, Provider, UpstreamError};
-use tranche_store::{AttemptOutcome, IngestWriter, Store, TrancheRecord, TrancheUpdate};
+use tranche_store::{
+    AttemptOutcome, BlobRecord, IngestWriter, Store, TrancheRecord, TrancheUpdate,
+};
 
 use crate::config::EngineConfig;
 use crate::error::EngineError;
@@ -74,6 +77,16 @@ impl Engine {
     /// The current time in unix seconds, by the engine's clock.
     pub fn now(&self) -> i64 {
         self.clock.now()
+    }
+
+    /// The record of an object just written whole, as the store keeps it.
+    pub(crate) fn record_of(&self, stored: &BlobRef) -> BlobRecord {
+        BlobRecord {
+            key: stored.key.to_string(),
+            size: stored.size,
+            sha256: stored.sha256.clone(),
+            created_at: self.now(),
+        }
     }
 
     /// The name this engine's leases carry (`status` shows it).

@@ -67,13 +67,16 @@ impl Engine {
             objects.extend(self.config.blobs.list(&export_folder(job)?).await?);
         }
         objects.extend(self.released_tranche_files(&ids).await?);
+        let mut removed = Vec::new();
         for (key, size) in objects {
             if !dry_run {
                 self.config.blobs.delete(&key).await?;
+                removed.push(key.to_string());
             }
             report.objects += 1;
             report.bytes += size;
         }
+        self.store.forget_blobs(&removed).await?;
         if !dry_run {
             for &job in &ids {
                 self.store.job_pruned(job, now).await?;

@@ -85,7 +85,8 @@ impl Engine {
             let _ = bodies.abort().await;
             return Err(e);
         }
-        bodies.finish().await?;
+        let stored = bodies.finish().await?;
+        writer.body_object(self.record_of(&stored));
         let accepted = writer.commit().await?;
         Ok(Submitted { job_id, accepted })
     }

@@ -645,6 +645,31 @@ async fn raw_results_missing_at_ingest_are_collected_again() {
     assert_eq!(blobs.get(&key).await.unwrap(), collected, "collected again, byte for byte");
 }
 
+/// Every object is recorded with its size and SHA-256 once whole; a raw file that no longer
+/// has the size it was recorded with (cut short after it was stored) is collected again, never
+/// ingested as it is; a tranche's input file and its record go once the batch has ended.
+#[tokio::test]
+async fn objects_are_recorded_whole_and_a_raw_file_cut_short_is_collected_again() {
+    use sha2::{Digest, Sha256};
+    let setup = Setup::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &lines(3)).await;
+    let store = setup.store().await;
+    let (tranche, blobs, key, collected) = take_raw_results(&setup, &engine, job).await;
+    let recorded = store.blob(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(recorded.size, collected.len() as u64);
+    assert_eq!(recorded.sha256, hex::encode(Sha256::digest(&collected)));
+    blobs.put(&key, collected[..collected.len() / 2].to_vec().into()).await.unwrap();
+    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(blobs.get(&key).await.unwrap(), collected, "collected again, byte for byte");
+    assert_eq!(store.job_counts(job).await.unwrap().succeeded, 3);
+    let body = store.blob(&format!("bodies/{job}.jsonl")).await.unwrap().unwrap();
+    let bytes = blobs.get(&BlobKey::new(body.key.as_str()).unwrap()).await.unwrap();
+    assert_eq!((body.size, body.sha256), (bytes.len() as u64, hex::encode(Sha256::digest(&bytes))));
+    let input = format!("tranches/{tranche}/input.jsonl");
+    assert_eq!(store.blob(&input).await.unwrap(), None, "the input file is gone, and its record");
+}
+
 /// A data folder made before the blob store keeps raw results in `raw/<tranche>/`: a tranche
 /// that needs them finds them there and moves them into the blob store.
 #[tokio::test]

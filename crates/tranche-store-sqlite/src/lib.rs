@@ -22,6 +22,7 @@ macro_rules! db_now_ms {
     };
 }
 
+mod blobs;
 mod files;
 mod ingest;
 mod jobs;
@@ -65,6 +66,7 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0008_outputs_by_reference.sql"),
         ),
         migration(9, "prune", include_str!("../migrations/sqlite/0009_prune.sql")),
+        migration(10, "blob objects", include_str!("../migrations/sqlite/0010_blob_objects.sql")),
     ])
 }
 

@@ -37,6 +37,8 @@ pub(crate) struct SqliteJobWriter {
     last_id: i64,
     rows: Vec<RequestRow>,
     bodies: Vec<(i64, String)>,
+    /// The job's body object, recorded when the job commits.
+    body_object: Option<BlobRecord>,
 }
 
 impl SqliteJobWriter {
@@ -54,6 +56,7 @@ impl SqliteJobWriter {
             last_id,
             rows: Vec::with_capacity(INSERT_ROWS),
             bodies: Vec::with_capacity(INSERT_ROWS),
+            body_object: None,
         }
     }
 
@@ -179,8 +182,15 @@ impl JobWriter for SqliteJobWriter {
         self.accepted
     }
 
+    fn body_object(&mut self, object: BlobRecord) {
+        self.body_object = Some(object);
+    }
+
     async fn commit(mut self: Box<Self>) -> StoreResult<u64> {
         self.flush().await?;
+        if let Some(object) = &self.body_object {
+            crate::blobs::record(&mut *self.tx, object).await?;
+        }
         // Every request of a new job is pending; the counters' trigger follows them from here.
         sqlx::query("UPDATE jobs SET accepted = ?1, n_pending = ?1 WHERE id = ?2")
             .bind(to_i64(self.accepted))

@@ -793,6 +793,38 @@ pub async fn pruning_removes_rows_keeps_summaries_and_sees_who_still_reads_raw_f
     assert!(!store.tranche_in_use(tranche, &object, &[]).await.unwrap());
 }
 
+/// Objects are recorded whole: a job's body object with the job (and not when the job is
+/// dropped), others when written; a rewrite replaces the record; removed objects are forgotten.
+pub async fn blob_objects_are_recorded_with_size_and_hash(store: &dyn Store) {
+    let record = |key: &str, size: u64| BlobRecord {
+        key: key.to_owned(),
+        size,
+        sha256: format!("{size:064x}"),
+        created_at: 7,
+    };
+    let mut dropped = store.begin_job(new_job()).await.unwrap();
+    dropped.body_object(record("bodies/dropped.jsonl", 10));
+    drop(dropped);
+    assert_eq!(store.blob("bodies/dropped.jsonl").await.unwrap(), None);
+    let mut writer = store.begin_job(new_job()).await.unwrap();
+    writer.body_object(record("bodies/kept.jsonl", 11));
+    writer.commit().await.unwrap();
+    assert_eq!(
+        store.blob("bodies/kept.jsonl").await.unwrap(),
+        Some(record("bodies/kept.jsonl", 11))
+    );
+    store.record_blob(&record("raw/t/output.jsonl", 12)).await.unwrap();
+    store.record_blob(&record("raw/t/output.jsonl", 13)).await.unwrap();
+    assert_eq!(
+        store.blob("raw/t/output.jsonl").await.unwrap(),
+        Some(record("raw/t/output.jsonl", 13)),
+        "written again, recorded again"
+    );
+    store.forget_blobs(&["raw/t/output.jsonl".to_owned(), "nothing".to_owned()]).await.unwrap();
+    assert_eq!(store.blob("raw/t/output.jsonl").await.unwrap(), None);
+    assert!(store.blob("bodies/kept.jsonl").await.unwrap().is_some());
+}
+
 /// Eight claims racing for the same requests: each request lands in exactly one tranche.
 pub async fn racing_claims_never_overlap(store: &dyn Store) {
     let job = add_job(store, 200, "m").await;
@@ -939,6 +971,7 @@ macro_rules! store_conformance {
             ingest_repeated_changes_nothing,
             earlier_answers_match_custom_id_and_input_hash,
             pruning_removes_rows_keeps_summaries_and_sees_who_still_reads_raw_files,
+            blob_objects_are_recorded_with_size_and_hash,
         );
     };
     (@checks $factory:path; $($check:ident,)+) => {

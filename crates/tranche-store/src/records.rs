@@ -356,3 +356,13 @@ impl TrancheUpdate {
         }
     }
 }
+
+/// An object of the blob store, recorded once it is whole: what it must still be when read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobRecord {
+    pub key: String,
+    pub size: u64,
+    /// Lower-case hex.
+    pub sha256: String,
+    pub created_at: i64,
+}

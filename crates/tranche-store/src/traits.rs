@@ -85,6 +85,9 @@ pub trait JobWriter: Send {
     /// How many requests were added so far.
     fn accepted(&self) -> u64;
 
+    /// The job's body object, whole: recorded with the job when it commits.
+    fn body_object(&mut self, object: BlobRecord);
+
     /// Makes the job and all its requests visible at once. Returns how many were accepted.
     async fn commit(self: Box<Self>) -> StoreResult<u64>;
 }
@@ -357,6 +360,21 @@ pub trait PruneStore: Send + Sync {
     async fn job_pruned(&self, job: JobId, at: i64) -> StoreResult<()>;
 }
 
+/// The blob store's objects as recorded once whole (key, size, SHA-256): an object is
+/// recorded only after it is complete, and checked against its record when read.
+#[async_trait::async_trait]
+pub trait BlobIndex: Send + Sync {
+    /// Records an object that is now whole, replacing the record of an object written again
+    /// under the same key.
+    async fn record_blob(&self, blob: &BlobRecord) -> StoreResult<()>;
+
+    /// The record of the object `key`, if there is one.
+    async fn blob(&self, key: &str) -> StoreResult<Option<BlobRecord>>;
+
+    /// Forgets the records of objects removed from the blob store.
+    async fn forget_blobs(&self, keys: &[String]) -> StoreResult<()>;
+}
+
 /// A whole store: every capability, one backend.
 #[async_trait::async_trait]
 pub trait Store:
@@ -369,6 +387,7 @@ pub trait Store:
     + LeaseStore
     + DeploymentStore
     + PruneStore
+    + BlobIndex
     + std::fmt::Debug
 {
     /// Closes every connection (SQLite checkpoints its log).

@@ -2,7 +2,7 @@
 //! them and whole or not at all, before anything parses them or deletes them at the provider.
 
 use futures::TryStreamExt;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 use tranche_core::{TrancheId, TrancheState};
 use tranche_providers::{FileId, Provider};
 use tranche_store::{TrancheRecord, TrancheUpdate};
@@ -27,12 +27,20 @@ impl Engine {
         name: &str,
     ) -> Result<bool, EngineError> {
         let key = raw_key(tranche, name)?;
-        if self.config.blobs.size(&key).await?.is_some() {
-            return Ok(true);
+        if let Some(size) = self.config.blobs.size(&key).await? {
+            // Read only while it is what was recorded (older folders recorded nothing).
+            return Ok(match self.store.blob(key.as_str()).await? {
+                Some(recorded) if recorded.size != size => {
+                    warn!(tranche = %tranche, file = name, size, recorded = recorded.size, "raw results differ from what was stored; collecting them again");
+                    false
+                }
+                _ => true,
+            });
         }
         let legacy = self.config.legacy_raw_dir.join(tranche.to_string()).join(name);
         if tokio::fs::try_exists(&legacy).await.unwrap_or(false) {
             let stored = self.config.blobs.put_file(&key, &legacy).await?;
+            self.store.record_blob(&self.record_of(&stored)).await?;
             info!(tranche = %tranche, bytes = stored.size, "moved raw results into the blob store");
             if let Err(e) = tokio::fs::remove_file(&legacy).await {
                 debug!(path = %legacy.display(), error = %e, "could not remove a moved raw file");
@@ -88,6 +96,7 @@ impl Engine {
                 }
             }
             let stored = writer.finish().await.map_err(EngineError::from)?;
+            self.store.record_blob(&self.record_of(&stored)).await?;
             info!(tranche = %tranche.id, file = name, bytes, sha256 = %stored.sha256, "stored raw results");
         }
         self.transition(lease, TrancheUpdate::to(TrancheState::Ingesting, self.now())).await?;

@@ -29,27 +29,30 @@ impl Engine {
         lease: &Lease,
     ) -> Result<(), StepError> {
         let now = self.now();
+        // Which raw files there are, settled before the ingest's transaction begins (finding
+        // one may move it into the blob store and record it).
+        let mut files = Vec::new();
+        for (name, expected) in [
+            ("output.jsonl", tranche.output_file_id.is_some() || tranche.results_url.is_some()),
+            ("errors.jsonl", tranche.error_file_id.is_some()),
+        ] {
+            if self.has_raw(tranche.id, name).await? {
+                files.push(name);
+            } else if expected {
+                // A result file the batch has but the blob store lacks (or holds other than
+                // it was stored) is collected again, never taken as empty.
+                warn!(tranche = %tranche.id, file = name, "raw results missing; collecting them again");
+                let update = TrancheUpdate::to(TrancheState::Collecting, now);
+                return Ok(self.transition(lease, update).await?);
+            }
+        }
         let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
         /// Successful lines recorded per call; failures are few and kept until the end.
         const SUCCESS_CHUNK: usize = 512;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
         let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
         let mut failures = Vec::new();
-        for (name, expected) in [
-            ("output.jsonl", tranche.output_file_id.is_some() || tranche.results_url.is_some()),
-            ("errors.jsonl", tranche.error_file_id.is_some()),
-        ] {
-            if !self.has_raw(tranche.id, name).await? {
-                if !expected {
-                    continue;
-                }
-                // A result file the batch has but the blob store lacks is collected again,
-                // never taken as empty.
-                drop(writer);
-                warn!(tranche = %tranche.id, file = name, "raw results missing; collecting them again");
-                let update = TrancheUpdate::to(TrancheState::Collecting, now);
-                return Ok(self.transition(lease, update).await?);
-            }
+        for name in files {
             let key = raw_key(tranche.id, name).map_err(EngineError::from)?;
             let chunks = self.config.blobs.stream(&key).await.map_err(EngineError::from)?;
             let reader = StreamReader::new(chunks.map_err(std::io::Error::other));

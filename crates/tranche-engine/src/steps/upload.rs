@@ -79,6 +79,7 @@ impl Engine {
             }
         }
         let blob = out.blob.finish().await?;
+        self.store.record_blob(&self.record_of(&blob)).await?;
         Ok(InputObject { blob, lines: out.lines, line_bytes: out.line_bytes })
     }
 
@@ -131,7 +132,9 @@ impl Engine {
     /// Removes the tranche's input file from the blob store (its batch has ended, or will
     /// never be made).
     pub(crate) async fn remove_input(&self, tranche: TrancheId) -> Result<(), EngineError> {
-        Ok(self.config.blobs.delete(&input_key(tranche)?).await?)
+        let key = input_key(tranche)?;
+        self.config.blobs.delete(&key).await?;
+        Ok(self.store.forget_blobs(&[key.to_string()]).await?)
     }
 }
 
