@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod codec;
+pub mod extract;
 pub mod hash;
 pub mod ids;
 pub mod input;
