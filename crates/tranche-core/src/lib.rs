@@ -12,6 +12,7 @@ pub mod provider;
 pub mod settings;
 pub mod state;
 pub mod tokens;
+pub mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use hash::InputHash;
