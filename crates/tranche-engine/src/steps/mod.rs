@@ -4,6 +4,7 @@ pub(crate) mod clean;
 pub(crate) mod collect;
 pub(crate) mod create;
 pub(crate) mod ingest;
+pub(crate) mod input;
 pub(crate) mod plan;
 pub(crate) mod poll;
 pub(crate) mod upload;
