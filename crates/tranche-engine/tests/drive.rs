@@ -118,7 +118,14 @@ impl Provider for Recording {
     }
 }
 
-async fn recording() -> (Arc<Harness>, Arc<Recording>) {
+/// Drives a job of `requests` lines to its end, in batches of at most `per_batch` requests
+/// with `parallel_steps` steps at once, through a recording adapter: the calls it saw, and the
+/// harness (whose simulator billed them).
+async fn drive_recorded(
+    requests: usize,
+    per_batch: usize,
+    parallel_steps: usize,
+) -> (Vec<(Call, TrancheId)>, Arc<Harness>) {
     let setup = Arc::new(Harness::new().await);
     let recording = Arc::new(Recording {
         inner: Arc::new(setup.openai_at(setup.sim.openai_base_url())),
@@ -126,24 +133,22 @@ async fn recording() -> (Arc<Harness>, Arc<Recording>) {
         calls: Mutex::new(Vec::new()),
         owners: Mutex::new(HashMap::new()),
     });
-    (setup, recording)
+    let engine = setup
+        .engine_over(recording.clone(), |c| {
+            c.max_batch_requests = Some(per_batch);
+            c.parallel_steps = parallel_steps;
+        })
+        .await;
+    let job = submit(&engine, &keyed_lines(requests)).await;
+    engine.drive(Until::JobEnds(job), &CancellationToken::new(), || {}).await.unwrap();
+    assert_eq!(engine.store().job(job).await.unwrap().unwrap().state, JobState::Done);
+    (recording.calls(), setup)
 }
 
 #[tokio::test]
 async fn a_batch_is_created_and_collected_before_the_next_tranches_file_is_written() {
-    let (setup, recording) = recording().await;
     // One step at a time, so that the order shows which step the engine takes first.
-    let engine = setup
-        .engine_over(recording.clone(), |c| {
-            c.max_batch_requests = Some(5);
-            c.parallel_steps = 1;
-        })
-        .await;
-    let job = submit(&engine, &keyed_lines(40)).await;
-    engine.drive(Until::JobEnds(job), &CancellationToken::new(), || {}).await.unwrap();
-    assert_eq!(engine.store().job(job).await.unwrap().unwrap().state, JobState::Done);
-
-    let calls = recording.calls();
+    let (calls, _) = drive_recorded(40, 5, 1).await;
     let tranches: Vec<TrancheId> =
         calls.iter().filter(|(c, _)| *c == Call::Upload).map(|&(_, t)| t).collect();
     assert_eq!(tranches.len(), 8, "{calls:?}");
@@ -158,17 +163,7 @@ async fn a_batch_is_created_and_collected_before_the_next_tranches_file_is_writt
 
 #[tokio::test]
 async fn steps_of_several_tranches_run_at_once_and_every_request_is_answered_once() {
-    let (setup, recording) = recording().await;
-    let engine = setup
-        .engine_over(recording.clone(), |c| {
-            c.max_batch_requests = Some(10);
-            c.parallel_steps = 4;
-        })
-        .await;
-    let job = submit(&engine, &keyed_lines(200)).await;
-    engine.drive(Until::JobEnds(job), &CancellationToken::new(), || {}).await.unwrap();
-    assert_eq!(engine.store().job(job).await.unwrap().unwrap().state, JobState::Done);
-    let calls = recording.calls();
+    let (calls, setup) = drive_recorded(200, 10, 4).await;
     for call in [Call::Upload, Call::Create, Call::Collect] {
         let mut seen: Vec<TrancheId> =
             calls.iter().filter(|(c, _)| *c == call).map(|&(_, t)| t).collect();

@@ -696,10 +696,11 @@ pub async fn bodies_by_reference_come_back_as_ranges_in_request_order(store: &dy
     assert_eq!(store.job_counts(id).await.unwrap().queued, 5);
 }
 
-/// Outputs recorded by reference come back as the same ranges, and an answer reused from an
-/// earlier request points at the earlier request's range.
-pub async fn outputs_by_reference_are_kept_and_shared_by_reused_answers(store: &dyn Store) {
-    let first = add_hashed_job(store, &[("a", "h1"), ("b", "h1")]).await;
+/// A job of two requests (`a`, `b`, input hash `h1`) answered by reference at bytes 100 and
+/// 300 (40 long) of its tranche's raw output, the tranche left `cleaning` under the answered
+/// lease: the job, the tranche, the lease and the raw object's key.
+async fn answered_by_reference(store: &dyn Store) -> (JobId, TrancheId, Held, String) {
+    let job = add_hashed_job(store, &[("a", "h1"), ("b", "h1")]).await;
     let (tranche, _) = claim_all(store, "m").await;
     let held = lease(store, tranche).await;
     let mut writer = store.begin_ingest(tranche, held).await.unwrap();
@@ -711,6 +712,13 @@ pub async fn outputs_by_reference_are_kept_and_shared_by_reused_answers(store: &
     let mut lines = vec![by_ref("a:t:v1", 100), by_ref("b:t:v1", 300)];
     assert_eq!(writer.record_successes(&mut lines, 5).await.unwrap(), 2);
     assert!(writer.commit(TrancheState::Cleaning, 5).await.unwrap());
+    (job, tranche, Held { token: held.token, state: TrancheState::Cleaning }, object)
+}
+
+/// Outputs recorded by reference come back as the same ranges, and an answer reused from an
+/// earlier request points at the earlier request's range.
+pub async fn outputs_by_reference_are_kept_and_shared_by_reused_answers(store: &dyn Store) {
+    let (first, _, _, object) = answered_by_reference(store).await;
     let rows: Vec<ResultRow> = store.job_results(first).try_collect().await.unwrap();
     let expected = |offset| Some(OutputRef::InObject { object: object.clone(), offset, len: 40 });
     assert_eq!((rows[0].output.clone(), rows[1].output.clone()), (expected(100), expected(300)));
@@ -728,19 +736,7 @@ pub async fn outputs_by_reference_are_kept_and_shared_by_reused_answers(store: &
 pub async fn pruning_removes_rows_keeps_summaries_and_sees_who_still_reads_raw_files(
     store: &dyn Store,
 ) {
-    let first = add_hashed_job(store, &[("a", "h1"), ("b", "h1")]).await;
-    let (tranche, _) = claim_all(store, "m").await;
-    let held = lease(store, tranche).await;
-    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
-    let object = format!("raw/{tranche}/output.jsonl");
-    let by_ref = |wire_id: &str, offset: u64| Success {
-        output: OutputRef::InObject { object: object.clone(), offset, len: 40 },
-        ..success(wire_id, "")
-    };
-    let mut lines = vec![by_ref("a:t:v1", 100), by_ref("b:t:v1", 300)];
-    assert_eq!(writer.record_successes(&mut lines, 5).await.unwrap(), 2);
-    assert!(writer.commit(TrancheState::Cleaning, 5).await.unwrap());
-    let cleaning = Held { token: held.token, state: TrancheState::Cleaning };
+    let (first, tranche, cleaning, object) = answered_by_reference(store).await;
     // While the tranche runs, its raw files are in use whoever is pruned.
     assert!(store.tranche_in_use(tranche, &object, &[first]).await.unwrap());
     let done = TrancheUpdate::to(TrancheState::Done, 6);

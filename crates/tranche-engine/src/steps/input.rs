@@ -63,7 +63,7 @@ impl Engine {
                         line.endpoint,
                         &text,
                     );
-                    out.write(&buf).await?;
+                    out.write(&buf, 1).await?;
                 }
                 InputBody::InObject { object, offset, len } => {
                     if !run.extends(&object, offset, len) {
@@ -112,12 +112,11 @@ struct InputWriter {
 }
 
 impl InputWriter {
-    /// Appends whole lines, each ended by `\n`.
-    async fn write(&mut self, lines: &[u8]) -> Result<(), EngineError> {
-        let count = lines.iter().filter(|&&b| b == b'\n').count() as u64;
-        self.lines += count;
-        self.line_bytes += lines.len() as u64 - count;
-        Ok(self.blob.write(lines).await?)
+    /// Appends `lines` whole lines, each ended by `\n`.
+    async fn write(&mut self, bytes: &[u8], lines: u64) -> Result<(), EngineError> {
+        self.lines += lines;
+        self.line_bytes += bytes.len() as u64 - lines;
+        Ok(self.blob.write(bytes).await?)
     }
 }
 
@@ -171,6 +170,7 @@ impl Engine {
         let key = BlobKey::new(run.object.clone())?;
         let bytes = self.config.blobs.get_range(&key, run.start..run.end).await?;
         let mut buf = Vec::new();
+        let lines = run.lines.len() as u64;
         for (wire_id, endpoint, offset, len) in run.lines.drain(..) {
             let at = usize::try_from(offset - run.start).unwrap_or(usize::MAX);
             let body = bytes
@@ -183,6 +183,6 @@ impl Engine {
                 })?;
             codec::write_input_line_json(kind, &mut buf, &wire_id, endpoint, body);
         }
-        out.write(&buf).await
+        out.write(&buf, lines).await
     }
 }
