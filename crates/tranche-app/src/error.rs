@@ -34,6 +34,10 @@ pub enum AppError {
     NoSuchJob(JobId),
     #[error("job {id} has already ended ({state})")]
     JobEnded { id: JobId, state: JobState },
+    #[error(
+        "job {id} is not awaiting review (it is {state}); only a job run with --review-sample waits for one, once its requests are answered"
+    )]
+    NotAwaitingReview { id: JobId, state: JobState },
     /// Configuration that cannot work: a bad value in a flag, the environment or the file.
     #[error("{0}")]
     Config(String),
@@ -58,6 +62,7 @@ impl AppError {
                 | Self::Write { .. }
                 | Self::BadJobId(_)
                 | Self::NoSuchJob(_)
+                | Self::NotAwaitingReview { .. }
                 | Self::JobEnded { .. }
                 | Self::Config(_)
         )

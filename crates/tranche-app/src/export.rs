@@ -1,15 +1,17 @@
-//! Exporting a job's results: one JSON line per request, in input order, streamed from the
-//! store and the blob store (memory does not grow with the job), into a file, a writer or an
-//! object of the blob store.
-
-use std::collections::BTreeMap;
+//! Exporting a job's results: one JSON line (or CSV row) per request, in input order, streamed
+//! from the store and the blob store (memory does not grow with the job), into a file, a writer
+//! or an object of the blob store; answers extracted, unreviewed ones only when asked for.
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use serde::Serialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
 use tranche_blob::{BlobKey, BlobStore};
-use tranche_core::{CustomId, JobId, RequestState};
-use tranche_store::{OutputRef, ResultRow, Store};
+use tranche_core::extract::{Answer, extract};
+use tranche_core::validate::AnswerSchema;
+use tranche_core::{CustomId, RequestState};
+use tranche_engine::read_outputs;
+use tranche_store::{JobRecord, OutputRef, ResultRow, Store};
 
 use crate::error::AppError;
 
@@ -21,6 +23,49 @@ struct ResultLine<'a> {
     status: &'a str,
     output: Option<Box<RawValue>>,
     error: Option<Box<RawValue>>,
+    /// The answer inside `output`: text, tool-call arguments, vector; the parsed JSON when
+    /// the job has a schema.
+    answer: Option<Value>,
+    usage: Option<Usage>,
+    /// `staged` for an answer not yet reviewed (exported only when asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stage: Option<&'static str>,
+    /// The provider's whole result line (with `--raw`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw: Option<Box<RawValue>>,
+}
+
+/// The tokens a request's answer used, as the provider reported them.
+#[derive(Serialize)]
+struct Usage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+/// The columns of a CSV export (exact).
+const CSV_COLUMNS: [&str; 6] =
+    ["custom_id", "key", "status", "answer", "error_code", "error_message"];
+
+/// How results are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// One JSON object a line.
+    #[default]
+    Jsonl,
+    /// A header row, then one row a request (`CSV_COLUMNS`).
+    Csv,
+}
+
+/// Which results are exported, and how.
+#[derive(Debug, Clone, Default)]
+pub struct ExportOptions {
+    /// Only requests that ended so (`succeeded`, `failed`, `cancelled`).
+    pub status: Option<RequestState>,
+    /// Also the answers still awaiting review, marked `"stage": "staged"`.
+    pub staged: bool,
+    pub format: ExportFormat,
+    /// Add each answer's whole result line as the provider returned it.
+    pub raw: bool,
 }
 
 fn status_name(state: RequestState) -> &'static str {
@@ -40,178 +85,188 @@ fn raw(text: Option<String>) -> Result<Option<Box<RawValue>>, AppError> {
 /// ranges, each read once.
 const WINDOW_ROWS: usize = 4096;
 
-/// Two answers of one object closer than this are read in one range: reading the gap costs
-/// less than another request.
-const MAX_GAP: u64 = 64 << 10;
+/// What one export of one job needs to render its lines.
+struct Render {
+    options: ExportOptions,
+    /// The job's answers await review: its succeeded ones are staged.
+    staged: bool,
+    /// The job's schema, compiled, and whether fenced JSON passes it.
+    schema: Option<(AnswerSchema, bool)>,
+}
 
-/// The longest range read at once.
-const MAX_SPAN: u64 = 2 << 20;
-
-/// Ranges read at once.
-const READS_IN_FLIGHT: usize = 4;
-
-/// A job's results, one JSON line per request in input order, as chunks of whole lines, each
-/// with how many lines it holds. Memory holds one window's answers and the ranges in flight,
-/// whatever the job's size.
+/// A job's results, one line per request in input order (after a header for CSV), as chunks
+/// of whole lines, each with how many results it holds. Memory holds one window's answers and
+/// the ranges in flight, whatever the job's size.
 pub(crate) fn result_chunks<'a>(
     store: &'a dyn Store,
     blobs: &'a BlobStore,
-    job: JobId,
+    job: &JobRecord,
+    options: ExportOptions,
 ) -> impl Stream<Item = Result<(Vec<u8>, u64), AppError>> + Send + 'a {
-    store
-        .job_results(job)
+    let settings = &job.settings;
+    let schema = settings.schema.as_ref().and_then(|s| AnswerSchema::new(s).ok());
+    let render = std::sync::Arc::new(Render {
+        staged: settings.review_sample.is_some() && job.review.is_none(),
+        schema: schema.map(|s| (s, settings.lenient_json)),
+        options,
+    });
+    let header = (render.options.format == ExportFormat::Csv).then(|| {
+        let mut out = csv::Writer::from_writer(Vec::new());
+        out.write_record(CSV_COLUMNS).map_err(|e| AppError::Corrupt(e.to_string()))?;
+        out.into_inner().map(|bytes| (bytes, 0)).map_err(|e| AppError::Corrupt(e.to_string()))
+    });
+    let filter = std::sync::Arc::clone(&render);
+    let rows = store
+        .job_results(job.id)
         .map_err(AppError::Store)
+        .try_filter(move |row| std::future::ready(filter.wanted(row)))
         .try_chunks(WINDOW_ROWS)
-        .map_err(|e| e.1)
-        .and_then(move |rows| async move {
-            let outputs = read_outputs(blobs, &rows).await?;
-            let mut chunk = Vec::new();
+        .map_err(|e| e.1);
+    futures::stream::iter(header).chain(rows.and_then(move |rows| {
+        let render = std::sync::Arc::clone(&render);
+        async move {
+            let outputs = read_outputs(blobs, rows.iter().map(|r| r.output.as_ref())).await?;
             let lines = rows.len() as u64;
+            let mut chunk = Vec::new();
             for (row, output) in rows.into_iter().zip(outputs) {
-                render(&mut chunk, row, output)?;
+                let raw_line = match (render.options.raw, &row.output) {
+                    (true, Some(OutputRef::InObject { object, offset, len })) => {
+                        Some(result_line(blobs, object, *offset, *len).await?)
+                    }
+                    _ => None,
+                };
+                render.line(&mut chunk, row, output, raw_line)?;
             }
             Ok((chunk, lines))
-        })
+        }
+    }))
 }
 
-/// Answers of one object read in one range: where each lies, and for which row.
-struct Span {
-    object: String,
-    start: u64,
-    end: u64,
-    parts: Vec<(u64, u64, usize)>,
-}
-
-/// The answers of `rows` (by position; `None` for a row without one): kept in the database, or
-/// read from the blob store in ranges that each cover the answers lying close together.
-async fn read_outputs(
-    blobs: &BlobStore,
-    rows: &[ResultRow],
-) -> Result<Vec<Option<String>>, AppError> {
-    let mut outputs = vec![None; rows.len()];
-    let mut wanted: BTreeMap<&str, Vec<(u64, u64, usize)>> = BTreeMap::new();
-    for (i, row) in rows.iter().enumerate() {
-        match &row.output {
-            Some(OutputRef::Text(text)) => outputs[i] = Some(text.clone()),
-            Some(OutputRef::InObject { object, offset, len }) => {
-                wanted.entry(object).or_default().push((*offset, *len, i));
-            }
-            None => {}
-        }
-    }
-    let mut spans = Vec::new();
-    for (object, mut parts) in wanted {
-        parts.sort_unstable();
-        let mut span: Option<Span> = None;
-        for (offset, len, i) in parts {
-            let end = offset + len;
-            match span.as_mut() {
-                Some(s) if offset <= s.end + MAX_GAP && end - s.start <= MAX_SPAN => {
-                    s.end = s.end.max(end);
-                    s.parts.push((offset, len, i));
-                }
-                _ => {
-                    spans.extend(span.take());
-                    let object = object.to_owned();
-                    span = Some(Span { object, start: offset, end, parts: vec![(offset, len, i)] });
-                }
-            }
-        }
-        spans.extend(span);
-    }
-    let mut read = futures::stream::iter(spans)
-        .map(|span| async move {
-            let key = BlobKey::new(span.object.as_str())?;
-            let bytes = blobs.get_range(&key, span.start..span.end).await?;
-            let mut answers = Vec::with_capacity(span.parts.len());
-            for (offset, len, i) in span.parts {
-                let at = usize::try_from(offset - span.start).unwrap_or(usize::MAX);
-                let text = bytes
-                    .get(at..at.saturating_add(usize::try_from(len).unwrap_or(usize::MAX)))
-                    .and_then(|b| std::str::from_utf8(b).ok())
-                    .ok_or_else(|| {
-                        AppError::Corrupt(format!(
-                            "no answer at {offset}+{len} of `{}`",
-                            span.object
-                        ))
-                    })?;
-                answers.push((i, text.to_owned()));
-            }
-            Ok::<_, AppError>(answers)
-        })
-        .buffer_unordered(READS_IN_FLIGHT);
-    while let Some(answers) = read.try_next().await? {
-        for (i, text) in answers {
-            outputs[i] = Some(text);
-        }
-    }
-    Ok(outputs)
-}
-
-/// Appends one result line to `out`.
-fn render(out: &mut Vec<u8>, row: ResultRow, output: Option<String>) -> Result<(), AppError> {
-    let key = CustomId::parse(&row.custom_id)
-        .map(|id| id.key().to_owned())
-        .unwrap_or_else(|_| row.custom_id.clone());
-    let line = ResultLine {
-        custom_id: &row.custom_id,
-        key: &key,
-        status: status_name(row.state),
-        output: raw(output)?,
-        error: raw(row.error)?,
-    };
-    serde_json::to_writer(&mut *out, &line).map_err(|e| AppError::Corrupt(e.to_string()))?;
-    out.push(b'\n');
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(output: Option<OutputRef>) -> ResultRow {
-        ResultRow { custom_id: "k:t:v".into(), state: RequestState::Succeeded, output, error: None }
+impl Render {
+    /// Whether `row` is exported at all.
+    fn wanted(&self, row: &ResultRow) -> bool {
+        let status_ok = self.options.status.is_none_or(|s| s == row.state);
+        let review_ok = row.state != RequestState::Succeeded || !self.staged || self.options.staged;
+        status_ok && review_ok
     }
 
-    #[tokio::test]
-    async fn answers_are_read_in_ranges_and_come_back_in_row_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let blobs = BlobStore::local(dir.path());
-        // Two objects; in the first, answers close together and one past the gap and one past
-        // the longest span.
-        let mut first = vec![b' '; (MAX_SPAN + MAX_GAP * 4) as usize];
-        let far = MAX_GAP * 3;
-        let farthest = MAX_SPAN + MAX_GAP * 3;
-        for (at, text) in [(10u64, "{\"a\":1}"), (40, "{\"b\":2}"), (far, "[3]"), (farthest, "4")] {
-            first[at as usize..at as usize + text.len()].copy_from_slice(text.as_bytes());
-        }
-        blobs.put(&BlobKey::new("raw/one").unwrap(), first.into()).await.unwrap();
-        blobs.put(&BlobKey::new("raw/two").unwrap(), "xx{\"c\":5}".into()).await.unwrap();
-        let at = |object: &str, offset: u64, len: u64| {
-            row(Some(OutputRef::InObject { object: object.into(), offset, len }))
+    /// Appends one result line to `out`.
+    fn line(
+        &self,
+        out: &mut Vec<u8>,
+        row: ResultRow,
+        output: Option<String>,
+        raw_line: Option<String>,
+    ) -> Result<(), AppError> {
+        let key = key_of(&row.custom_id);
+        let answer = match (&output, row.state) {
+            (Some(output), RequestState::Succeeded) => self.answer(row.endpoint, output),
+            _ => None,
         };
-        let rows = vec![
-            at("raw/one", farthest, 1),
-            row(None),
-            at("raw/two", 2, 7),
-            at("raw/one", 40, 7),
-            row(Some(OutputRef::Text("\"kept\"".into()))),
-            at("raw/one", far, 3),
-            at("raw/one", 10, 7),
-        ];
-        let outputs = read_outputs(&blobs, &rows).await.unwrap();
-        let expected = [
-            Some("4"),
-            None,
-            Some("{\"c\":5}"),
-            Some("{\"b\":2}"),
-            Some("\"kept\""),
-            Some("[3]"),
-            Some("{\"a\":1}"),
-        ];
-        assert_eq!(outputs.iter().map(Option::as_deref).collect::<Vec<_>>(), expected);
-        // A range past the object's end is an error, not a short answer.
-        let err = read_outputs(&blobs, &[at("raw/two", 5, 50)]).await.unwrap_err();
-        assert!(!err.to_string().is_empty());
+        let usage = (row.input_tokens.is_some() || row.output_tokens.is_some())
+            .then_some(Usage { input_tokens: row.input_tokens, output_tokens: row.output_tokens });
+        let stage = (self.staged && row.state == RequestState::Succeeded).then_some("staged");
+        if self.options.format == ExportFormat::Csv {
+            let error: Option<Value> =
+                row.error.as_deref().and_then(|e| serde_json::from_str(e).ok());
+            let field = |name: &str| {
+                error.as_ref().and_then(|e| e.get(name)).and_then(Value::as_str).unwrap_or_default()
+            };
+            let answer = match answer {
+                Some(Value::String(text)) => text,
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            let record = [
+                row.custom_id.as_str(),
+                key.as_str(),
+                status_name(row.state),
+                answer.as_str(),
+                field("code"),
+                field("message"),
+            ];
+            let mut writer = csv::Writer::from_writer(&mut *out);
+            writer.write_record(record).map_err(|e| AppError::Corrupt(e.to_string()))?;
+            writer.flush().map_err(|e| AppError::Corrupt(e.to_string()))?;
+            return Ok(());
+        }
+        let line = ResultLine {
+            custom_id: &row.custom_id,
+            key: &key,
+            status: status_name(row.state),
+            output: raw(output)?,
+            error: raw(row.error)?,
+            answer,
+            usage,
+            stage,
+            raw: raw(raw_line)?,
+        };
+        serde_json::to_writer(&mut *out, &line).map_err(|e| AppError::Corrupt(e.to_string()))?;
+        out.push(b'\n');
+        Ok(())
     }
+
+    /// The answer in a response body: under a schema, the JSON it holds; otherwise the text,
+    /// the tool calls' arguments, the vector or the moderation results.
+    fn answer(&self, endpoint: tranche_core::Endpoint, output: &str) -> Option<Value> {
+        let extracted = extract(endpoint, output).ok()?;
+        if let Some((schema, lenient)) = &self.schema
+            && let Ok(value) = schema.check(&extracted, *lenient)
+        {
+            return Some(value);
+        }
+        match extracted.answer {
+            Answer::Text(text) => Some(Value::String(text)),
+            Answer::ToolCalls(calls) => {
+                let calls = calls
+                    .into_iter()
+                    .map(|c| serde_json::json!({"name": c.name, "arguments": c.arguments}));
+                Some(Value::Array(calls.collect()))
+            }
+            Answer::Embedding(value) | Answer::Moderation(value) => Some(value),
+            Answer::Refusal(_) | Answer::Empty => None,
+        }
+    }
+}
+
+/// The whole result line holding the answer at `offset..offset + len` of `object`: the answer
+/// is the `body` inside it, so the line is found from there, outwards to its line ends.
+async fn result_line(
+    blobs: &BlobStore,
+    object: &str,
+    offset: u64,
+    len: u64,
+) -> Result<String, AppError> {
+    let key = BlobKey::new(object)?;
+    let missing = || AppError::Corrupt(format!("no result line around {offset} in `{object}`"));
+    let size = blobs.size(&key).await?.ok_or_else(missing)?;
+    let mut reach = 4096u64;
+    loop {
+        let (start, end) = (offset.saturating_sub(reach), (offset + len + reach).min(size));
+        let bytes = blobs.get_range(&key, start..end).await?;
+        let at = usize::try_from(offset - start).map_err(|_| missing())?;
+        let body_end = at + usize::try_from(len).map_err(|_| missing())?;
+        let head = bytes.get(..at).ok_or_else(missing)?;
+        let tail = bytes.get(body_end..).ok_or_else(missing)?;
+        let begin = head.iter().rposition(|b| *b == b'\n').map(|i| i + 1);
+        let finish = tail.iter().position(|b| *b == b'\n').map(|i| body_end + i);
+        let begin = begin.or((start == 0).then_some(0));
+        let finish = finish.or((end == size).then_some(bytes.len()));
+        if let (Some(begin), Some(finish)) = (begin, finish) {
+            let line = bytes.get(begin..finish).ok_or_else(missing)?;
+            return String::from_utf8(line.to_vec()).map_err(|e| AppError::Corrupt(e.to_string()));
+        }
+        if start == 0 && end == size {
+            return Err(missing());
+        }
+        reach *= 4;
+    }
+}
+
+/// The key a custom id carries (`key:task:version`), or the whole id when it is not one of
+/// tranche's.
+pub(crate) fn key_of(custom_id: &str) -> String {
+    CustomId::parse(custom_id)
+        .map(|id| id.key().to_owned())
+        .unwrap_or_else(|_| custom_id.to_owned())
 }

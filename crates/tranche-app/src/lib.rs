@@ -6,6 +6,7 @@ mod config;
 mod error;
 mod export;
 mod providers;
+mod review;
 mod views;
 
 use std::io::Write;
@@ -21,11 +22,15 @@ use tranche_store_sqlite::SqliteStore;
 
 pub use config::{CONFIG_ENV, CONFIG_FILE, EngineSettings, config_file};
 pub use error::AppError;
+pub use export::{ExportFormat, ExportOptions};
 pub use providers::{ProviderOptions, provider, providers};
+pub use review::{DEFAULT_SAMPLE, ReviewItem, default_seed};
 pub use tranche_engine::{
-    Engine, EngineConfig, EngineError, Providers, PruneReport, Submitted, Until,
+    Engine, EngineConfig, EngineError, Providers, PruneReport, ReparseError, ReparseReport,
+    Submitted, Until,
 };
 pub use tranche_store::JobRecord as Job;
+pub use tranche_store::Rejected;
 pub use views::{
     CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Waiting, upstream_text,
 };
@@ -168,6 +173,7 @@ impl App {
             error: job.last_error.clone(),
             waiting,
             leases,
+            review: job.review.clone(),
         })
     }
 
@@ -196,6 +202,9 @@ impl App {
             let error = job.last_error.clone().unwrap_or_default();
             return Ok(Outcome::Stopped(error));
         }
+        if job.state == JobState::NeedsReview {
+            return Ok(Outcome::AwaitsReview);
+        }
         let counts = self.store.job_counts(job.id).await?;
         Ok(if counts.failed > 0 || counts.cancelled > 0 {
             Outcome::SomeFailed
@@ -204,27 +213,39 @@ impl App {
         })
     }
 
-    /// Writes a job's results to `out`, one JSON line per request in input order. Returns how
-    /// many lines.
-    pub async fn export(&self, job: JobId, out: &mut dyn Write) -> Result<u64, AppError> {
-        self.export_into(job, out, Path::new("results")).await
+    /// Writes a job's results to `out`, one line per request in input order, as `options`
+    /// say. Returns how many results.
+    pub async fn export(
+        &self,
+        job: &JobRecord,
+        options: ExportOptions,
+        out: &mut dyn Write,
+    ) -> Result<u64, AppError> {
+        self.export_into(job, options, out, Path::new("results")).await
     }
 
     /// Writes a job's results to the file at `path`.
-    pub async fn export_to(&self, job: JobId, path: &Path) -> Result<u64, AppError> {
+    pub async fn export_to(
+        &self,
+        job: &JobRecord,
+        options: ExportOptions,
+        path: &Path,
+    ) -> Result<u64, AppError> {
         let write_error = |source| AppError::Write { path: path.to_owned(), source };
         let file = std::fs::File::create(path).map_err(write_error)?;
-        self.export_into(job, &mut std::io::BufWriter::new(file), path).await
+        self.export_into(job, options, &mut std::io::BufWriter::new(file), path).await
     }
 
     async fn export_into(
         &self,
-        job: JobId,
+        job: &JobRecord,
+        options: ExportOptions,
         out: &mut dyn Write,
         path: &Path,
     ) -> Result<u64, AppError> {
         let write_error = |source| AppError::Write { path: path.to_owned(), source };
-        let mut chunks = std::pin::pin!(export::result_chunks(&*self.store, &self.blobs, job));
+        let chunks = export::result_chunks(&*self.store, &self.blobs, job, options);
+        let mut chunks = std::pin::pin!(chunks);
         let mut n = 0;
         while let Some((chunk, lines)) = chunks.try_next().await? {
             out.write_all(&chunk).map_err(write_error)?;
@@ -236,10 +257,15 @@ impl App {
 
     /// Writes a job's results into the blob store as `exports/<job>/results.jsonl` (replacing
     /// an earlier export; whole or not at all), for readers that fetch them from there.
-    pub async fn export_to_blob_store(&self, job: JobId) -> Result<Exported, AppError> {
-        let key = tranche_engine::export_key(job)?;
+    pub async fn export_to_blob_store(
+        &self,
+        job: &JobRecord,
+        options: ExportOptions,
+    ) -> Result<Exported, AppError> {
+        let key = tranche_engine::export_key(job.id)?;
         let mut writer = self.blobs.writer(&key);
-        let mut chunks = std::pin::pin!(export::result_chunks(&*self.store, &self.blobs, job));
+        let chunks = export::result_chunks(&*self.store, &self.blobs, job, options);
+        let mut chunks = std::pin::pin!(chunks);
         let mut lines = 0;
         loop {
             let next = match chunks.try_next().await {

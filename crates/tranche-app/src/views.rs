@@ -75,6 +75,8 @@ pub struct JobStatus {
     pub error: Option<serde_json::Value>,
     pub waiting: Vec<Waiting>,
     pub leases: Vec<Leased>,
+    /// Who approved or rejected its answers and when, once someone did.
+    pub review: Option<tranche_store::Review>,
 }
 
 /// A job in a list of jobs.
@@ -110,6 +112,8 @@ pub enum Outcome {
     SomeFailed,
     /// An upstream failure stopped it; the stored upstream error.
     Stopped(serde_json::Value),
+    /// Its answers wait for a person's approval.
+    AwaitsReview,
 }
 
 /// `openai returned 400 code: message (request id …)` from a stored upstream error.

@@ -18,5 +18,5 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use hash::InputHash;
 pub use ids::{AccountId, CustomId, CustomIdError, EngineId, JobId, LeaseToken, TrancheId};
 pub use provider::{Endpoint, ProviderKind};
-pub use settings::JobSettings;
+pub use settings::{JobSettings, OnInvalid};
 pub use state::{AttemptOutcome, JobState, RequestState, TrancheState};

@@ -30,6 +30,58 @@ pub struct JobSettings {
     /// tenants are the same names.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// The JSON Schema every answer must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
+    /// The id of the answer check (schema and leniency) the engine made of `schema` when it
+    /// accepted the job (see [`AnswerSchema::check_id`](crate::validate::AnswerSchema::check_id)).
+    #[serde(default)]
+    pub answer_check: Option<String>,
+    /// Whether JSON inside a Markdown code fence passes the check.
+    #[serde(default)]
+    pub lenient_json: bool,
+    /// What an answer that fails the check does: goes out again, or ends the request.
+    #[serde(default)]
+    pub on_invalid: OnInvalid,
+    /// How many answers a person reviews before the job's answers are approved; `None`
+    /// approves valid answers at once.
+    #[serde(default)]
+    pub review_sample: Option<u32>,
+    /// The seed of the review sample [default: derived from the job id].
+    #[serde(default)]
+    pub review_seed: Option<u64>,
+}
+
+/// What an answer that fails its job's check does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInvalid {
+    /// It goes out again, spending an attempt (failed once the attempts are spent).
+    #[default]
+    Retry,
+    /// The request ends failed.
+    Fail,
+}
+
+impl OnInvalid {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Fail => "fail",
+        }
+    }
+}
+
+impl std::str::FromStr for OnInvalid {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "retry" => Ok(Self::Retry),
+            "fail" => Ok(Self::Fail),
+            other => Err(format!("`{other}` is not retry or fail")),
+        }
+    }
 }
 
 fn default_endpoint() -> Endpoint {
@@ -45,6 +97,12 @@ impl Default for JobSettings {
             model: None,
             max_attempts: None,
             tenant: None,
+            schema: None,
+            answer_check: None,
+            lenient_json: false,
+            on_invalid: OnInvalid::Retry,
+            review_sample: None,
+            review_seed: None,
         }
     }
 }
@@ -76,6 +134,12 @@ mod tests {
             model: Some("text-embedding-3-small".into()),
             max_attempts: Some(5),
             tenant: Some("acme".into()),
+            schema: Some(serde_json::json!({"type": "object"})),
+            answer_check: Some("ab12".into()),
+            lenient_json: true,
+            on_invalid: OnInvalid::Fail,
+            review_sample: Some(20),
+            review_seed: Some(7),
         };
         let json = serde_json::to_string(&settings).unwrap();
         assert_eq!(serde_json::from_str::<JobSettings>(&json).unwrap(), settings);
@@ -85,6 +149,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!((old.task.as_deref(), old.tenant), (Some("t"), None));
+        assert_eq!(
+            (old.answer_check, old.on_invalid, old.review_sample),
+            (None, OnInvalid::Retry, None)
+        );
         assert_eq!(serde_json::from_str::<JobSettings>("{}").unwrap(), JobSettings::default());
         let options = settings.input_options(ProviderKind::Azure);
         assert_eq!(

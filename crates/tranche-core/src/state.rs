@@ -58,8 +58,11 @@ state_enum!(
         Pending => "pending",
         /// Some requests are in flight or waiting.
         Running => "running",
-        /// Every request reached a terminal state.
+        /// Every request reached a terminal state (and the answers were approved, when the job
+        /// asked for review).
         Done => "done",
+        /// Every request is answered; the answers wait for a person to approve or reject them.
+        NeedsReview => "needs_review",
         /// An upstream failure stopped the job; its requests ended failed.
         Failed => "failed",
         /// The user cancelled the job.
@@ -68,8 +71,9 @@ state_enum!(
 );
 
 impl JobState {
+    /// Whether no engine works on the job any more (one awaiting review waits for a person).
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Done | Self::Failed | Self::Cancelled)
+        matches!(self, Self::Done | Self::NeedsReview | Self::Failed | Self::Cancelled)
     }
 }
 

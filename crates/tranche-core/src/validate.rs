@@ -56,6 +56,13 @@ impl AnswerSchema {
         &self.hash
     }
 
+    /// The id of checking answers against this schema, strictly or leniently: the schema's
+    /// hash, marked `+lenient` when fenced JSON passes. Answers are reused only under the
+    /// same check, and one tranche holds requests of one check.
+    pub fn check_id(&self, lenient: bool) -> String {
+        if lenient { format!("{}+lenient", self.hash) } else { self.hash.clone() }
+    }
+
     /// The answer as JSON when it is valid against the schema; why not otherwise. `lenient`
     /// accepts JSON inside a Markdown code fence.
     pub fn check(&self, extracted: &Extracted, lenient: bool) -> Result<Value, Invalid> {

@@ -24,6 +24,11 @@ pub enum EngineError {
     },
     #[error("no {0} provider is configured; pass its credentials (see `tranche run --help`)")]
     ProviderNotConfigured(ProviderKind),
+    /// Stored state that contradicts itself (an answer where its record says it is not).
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+    #[error("the answer check {id} cannot be used: {reason}")]
+    AnswerCheck { id: String, reason: String },
     #[error("a tranche step stopped unexpectedly: {0}")]
     StepPanicked(#[source] tokio::task::JoinError),
 }

@@ -211,12 +211,19 @@ pub(crate) fn admits(queued: u64, est_tokens: u64, budget: Option<u64>) -> bool 
     }
 }
 
-/// How a job whose requests are all terminal and whose tranches are cleaned up ends.
-pub(crate) fn job_outcome(cancel_requested: bool, stopped_by_error: bool) -> JobState {
+/// How a job whose requests are all terminal and whose tranches are cleaned up ends: a job
+/// with answers awaiting review waits for a person.
+pub(crate) fn job_outcome(
+    cancel_requested: bool,
+    stopped_by_error: bool,
+    awaits_review: bool,
+) -> JobState {
     if cancel_requested {
         JobState::Cancelled
     } else if stopped_by_error {
         JobState::Failed
+    } else if awaits_review {
+        JobState::NeedsReview
     } else {
         JobState::Done
     }
@@ -370,8 +377,9 @@ mod tests {
 
     #[test]
     fn a_settled_job_ends_cancelled_failed_or_done() {
-        assert_eq!(job_outcome(true, true), JobState::Cancelled);
-        assert_eq!(job_outcome(false, true), JobState::Failed);
-        assert_eq!(job_outcome(false, false), JobState::Done);
+        assert_eq!(job_outcome(true, true, true), JobState::Cancelled);
+        assert_eq!(job_outcome(false, true, true), JobState::Failed);
+        assert_eq!(job_outcome(false, false, true), JobState::NeedsReview);
+        assert_eq!(job_outcome(false, false, false), JobState::Done);
     }
 }

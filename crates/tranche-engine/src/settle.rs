@@ -17,7 +17,12 @@ impl Engine {
                 continue;
             }
             let counts = self.store.job_counts(job.id).await?;
-            let state = policy::job_outcome(job.cancel_requested, job.last_error.is_some());
+            // Answers to review wait for a person; a job without one has nothing to review.
+            let awaits_review = job.settings.review_sample.is_some()
+                && job.review.is_none()
+                && counts.succeeded > 0;
+            let state =
+                policy::job_outcome(job.cancel_requested, job.last_error.is_some(), awaits_review);
             // Compare-and-set: another engine may have settled it a moment ago.
             if self.store.set_job_state(job.id, state, None, self.now()).await? {
                 info!(job = %job.id, state = %state, succeeded = counts.succeeded, failed = counts.failed, "job ended");

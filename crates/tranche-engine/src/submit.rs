@@ -5,10 +5,12 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tranche_blob::BlobWriter;
 use tranche_core::codec::{input_line_len, wire_id};
+use tranche_core::hash::canonical_json;
 use tranche_core::input::{ErrorCollector, InputError, InputParser, Rejected, duplicate};
 use tranche_core::plan::TrancheLimits;
+use tranche_core::validate::AnswerSchema;
 use tranche_core::{JobId, JobSettings, ProviderKind};
-use tranche_store::{JobWriter, NewJob, NewRequest, RequestBody, StoreError};
+use tranche_store::{JobWriter, NewAnswerCheck, NewJob, NewRequest, RequestBody, StoreError};
 
 use crate::engine::Engine;
 use crate::layout::body_key;
@@ -33,6 +35,27 @@ pub enum SubmitError {
     /// The request bodies could not be written to the blob store.
     #[error(transparent)]
     Blob(#[from] tranche_blob::BlobError),
+    /// The job's schema is not a usable JSON Schema.
+    #[error("the job's schema: {0}")]
+    Schema(#[from] tranche_core::validate::SchemaError),
+}
+
+/// The answer check a job's settings ask for (`None` without a schema), its id set in them.
+pub(crate) fn answer_check(
+    settings: &mut JobSettings,
+) -> Result<Option<NewAnswerCheck>, tranche_core::validate::SchemaError> {
+    let Some(schema) = &settings.schema else {
+        settings.answer_check = None;
+        return Ok(None);
+    };
+    let compiled = AnswerSchema::new(schema)?;
+    let id = compiled.check_id(settings.lenient_json);
+    settings.answer_check = Some(id.clone());
+    Ok(Some(NewAnswerCheck {
+        id,
+        schema: canonical_json(schema),
+        lenient_json: settings.lenient_json,
+    }))
 }
 
 impl Engine {
@@ -43,9 +66,10 @@ impl Engine {
         &self,
         mut input: R,
         provider_kind: ProviderKind,
-        settings: JobSettings,
+        mut settings: JobSettings,
         source: Option<String>,
     ) -> Result<Submitted, SubmitError> {
+        let answer_check = answer_check(&mut settings)?;
         let options = settings.input_options(provider_kind);
         let limits = self.config().limits(provider_kind);
         let accepted_at = self.now();
@@ -65,6 +89,7 @@ impl Engine {
                 source,
                 settings,
                 body_object: Some(body_key.as_str().to_owned()),
+                answer_check,
                 created_at: self.now(),
             })
             .await?;

@@ -713,6 +713,7 @@ async fn bodies_rest_in_the_blob_store_and_older_jobs_still_run() {
             source: None,
             settings: JobSettings::default(),
             body_object: None,
+            answer_check: None,
             created_at: 1,
         })
         .await

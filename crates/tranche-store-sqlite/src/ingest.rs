@@ -199,7 +199,7 @@ impl IngestWriter for SqliteIngestWriter {
     async fn attempt_info(&mut self, wire_id: &str) -> StoreResult<Option<AttemptInfo>> {
         self.apply_staged().await?;
         let row = sqlx::query(
-            "SELECT attempts, max_attempts, batch_returns FROM requests
+            "SELECT attempts, max_attempts, batch_returns, job_id FROM requests
              WHERE tranche_id = ? AND wire_id = ? AND state = 'queued'",
         )
         .bind(&self.tranche)
@@ -212,7 +212,7 @@ impl IngestWriter for SqliteIngestWriter {
     async fn unanswered(&mut self) -> StoreResult<Vec<(String, AttemptInfo)>> {
         self.apply_staged().await?;
         let rows = sqlx::query(
-            "SELECT attempts, max_attempts, batch_returns, wire_id FROM requests
+            "SELECT attempts, max_attempts, batch_returns, wire_id, job_id FROM requests
              WHERE tranche_id = ? AND state = 'queued' ORDER BY id",
         )
         .bind(&self.tranche)
@@ -223,30 +223,40 @@ impl IngestWriter for SqliteIngestWriter {
 
     async fn record(&mut self, wire_id: &str, update: &ResultUpdate<'_>) -> StoreResult<bool> {
         self.apply_staged().await?;
+        // An answer is kept with the request only once it ends (a request sent again has none).
+        let kept = update.output.filter(|_| update.state.is_terminal());
+        let range = match kept {
+            Some(OutputRef::InObject { object, offset, len }) => {
+                Some((object.as_str(), to_i64(*offset), to_i64(*len)))
+            }
+            _ => None,
+        };
         let row = sqlx::query(
-            "UPDATE requests SET state = ?1, error = ?3, input_tokens = ?4,
-                    output_tokens = ?5, finished_at = ?6,
-                    attempts = attempts + ?7, batch_returns = batch_returns + (1 - ?7),
+            "UPDATE requests SET state = ?1, error = ?2, input_tokens = ?3,
+                    output_tokens = ?4, finished_at = ?5,
+                    attempts = attempts + ?6, batch_returns = batch_returns + (1 - ?6),
                     tranche_id = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_id END,
-                    not_before = ?8
-             WHERE tranche_id = ?9 AND wire_id = ?10 AND state = 'queued'
+                    not_before = ?7, output_object = ?8, output_offset = ?9, output_length = ?10
+             WHERE tranche_id = ?11 AND wire_id = ?12 AND state = 'queued'
              RETURNING id, attempts",
         )
         .bind(update.state.as_str())
-        .bind(update.output)
         .bind(update.error)
         .bind(update.input_tokens.map(to_i64))
         .bind(update.output_tokens.map(to_i64))
         .bind(update.state.is_terminal().then_some(update.at))
         .bind(i64::from(update.spends_attempt))
         .bind(update.not_before)
+        .bind(range.map(|r| r.0))
+        .bind(range.map(|r| r.1))
+        .bind(range.map(|r| r.2))
         .bind(&self.tranche)
         .bind(wire_id)
         .fetch_optional(&mut *self.tx)
         .await?;
         let Some(row) = row else { return Ok(false) };
         self.insert_attempt(&row, update).await?;
-        if let Some(output) = update.output {
+        if let Some(OutputRef::Text(output)) = kept {
             let request_id: i64 = row.try_get(0)?;
             sqlx::query(
                 "INSERT OR REPLACE INTO request_outputs (request_id, output) VALUES (?, ?)",

@@ -16,8 +16,8 @@ impl JobStore for SqliteStore {
         let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO jobs (id, provider, state, source, settings, tenant, body_object, accepted,
-                               created_at, updated_at)
-             VALUES (?, ?, 'pending', ?, ?, ?, ?, 0, ?, ?)",
+                               awaits_review, created_at, updated_at)
+             VALUES (?, ?, 'pending', ?, ?, ?, ?, 0, ?, ?, ?)",
         )
         .bind(job.id.to_string())
         .bind(job.provider.as_str())
@@ -25,22 +25,28 @@ impl JobStore for SqliteStore {
         .bind(settings)
         .bind(job.settings.tenant.as_deref())
         .bind(job.body_object.as_deref())
+        .bind(job.settings.review_sample.is_some())
         .bind(job.created_at)
         .bind(job.created_at)
         .execute(&mut *tx)
         .await?;
+        if let Some(check) = &job.answer_check {
+            crate::answers::record_check(&mut tx, check, job.created_at).await?;
+        }
         // The insert above holds the write lock until commit, so the ids after the largest one
         // stay free for this job's requests: they are assigned here, in input order.
         let row =
             sqlx::query("SELECT COALESCE(MAX(id), 0) FROM requests").fetch_one(&mut *tx).await?;
         let last_id: i64 = row.try_get(0)?;
-        Ok(Box::new(SqliteJobWriter::new(tx, job.id.to_string(), job.provider, last_id)))
+        let check = job.settings.answer_check.clone();
+        Ok(Box::new(SqliteJobWriter::new(tx, job.id.to_string(), job.provider, last_id, check)))
     }
 
     async fn job(&self, id: JobId) -> StoreResult<Option<JobRecord>> {
         let row = sqlx::query(
             "SELECT id, provider, state, source, settings, accepted, last_error,
-                    cancel_requested, created_at, updated_at, finished_at
+                    cancel_requested, created_at, updated_at, finished_at, review_verdict,
+                    reviewed_by, reviewed_at
              FROM jobs WHERE id = ?",
         )
         .bind(id.to_string())
@@ -52,7 +58,8 @@ impl JobStore for SqliteStore {
     async fn recent_jobs(&self, limit: u32) -> StoreResult<Vec<JobRecord>> {
         let rows = sqlx::query(
             "SELECT id, provider, state, source, settings, accepted, last_error,
-                    cancel_requested, created_at, updated_at, finished_at
+                    cancel_requested, created_at, updated_at, finished_at, review_verdict,
+                    reviewed_by, reviewed_at
              FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?",
         )
         .bind(i64::from(limit))
@@ -64,7 +71,8 @@ impl JobStore for SqliteStore {
     async fn open_jobs(&self) -> StoreResult<Vec<JobRecord>> {
         let rows = sqlx::query(
             "SELECT id, provider, state, source, settings, accepted, last_error,
-                    cancel_requested, created_at, updated_at, finished_at
+                    cancel_requested, created_at, updated_at, finished_at, review_verdict,
+                    reviewed_by, reviewed_at
              FROM jobs WHERE state IN ('pending', 'running') ORDER BY id",
         )
         .fetch_all(&self.pool)

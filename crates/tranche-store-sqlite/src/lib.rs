@@ -22,6 +22,7 @@ macro_rules! db_now_ms {
     };
 }
 
+mod answers;
 mod blobs;
 mod files;
 mod ingest;
@@ -36,12 +37,15 @@ mod writer;
 
 fn migrator() -> Migrator {
     let migration = |version, name, sql: &'static str| {
+        // A migration that opens `-- no-transaction` runs its own (SQLite can only turn
+        // foreign keys off outside one).
+        let no_tx = sql.starts_with("-- no-transaction");
         Migration::new(
             version,
             Cow::Borrowed(name),
             MigrationType::Simple,
             sql.into_sql_str(),
-            false,
+            no_tx,
         )
     };
     Migrator::with_migrations(vec![
@@ -67,10 +71,12 @@ fn migrator() -> Migrator {
         ),
         migration(9, "prune", include_str!("../migrations/sqlite/0009_prune.sql")),
         migration(10, "blob objects", include_str!("../migrations/sqlite/0010_blob_objects.sql")),
+        migration(11, "review", include_str!("../migrations/sqlite/0011_review.sql")),
+        migration(12, "answer checks", include_str!("../migrations/sqlite/0012_answer_checks.sql")),
     ])
 }
 
-/// Rows per multi-row `INSERT` at submit: 14 bound values a row, far below SQLite's limit of
+/// Rows per multi-row `INSERT` at submit: 16 bound values a row, far below SQLite's limit of
 /// 32,766 per statement, and large enough that a statement's fixed cost is paid rarely.
 const INSERT_ROWS: usize = 256;
 

@@ -14,9 +14,9 @@ impl PlanStore for SqliteStore {
         now: i64,
     ) -> StoreResult<Vec<PendingGroup>> {
         let rows = sqlx::query(
-            "SELECT endpoint, model, COUNT(*), MIN(accepted_at) FROM requests
+            "SELECT endpoint, model, answer_check, COUNT(*), MIN(accepted_at) FROM requests
              WHERE state = 'pending' AND provider = ? AND not_before <= ?
-             GROUP BY endpoint, model ORDER BY endpoint, model",
+             GROUP BY endpoint, model, answer_check ORDER BY endpoint, model, answer_check",
         )
         .bind(provider.as_str())
         .bind(now)
@@ -28,8 +28,9 @@ impl PlanStore for SqliteStore {
                 Ok(PendingGroup {
                     endpoint: parse::<Endpoint>("endpoint", &endpoint)?,
                     model: row.try_get(1)?,
-                    count: to_u64(row.try_get(2)?),
-                    oldest_accepted_at: row.try_get(3)?,
+                    answer_check: row.try_get(2)?,
+                    count: to_u64(row.try_get(3)?),
+                    oldest_accepted_at: row.try_get(4)?,
                 })
             })
             .collect()
@@ -38,7 +39,7 @@ impl PlanStore for SqliteStore {
     async fn pending_page(
         &self,
         provider: ProviderKind,
-        group: (Endpoint, &str),
+        group: (Endpoint, &str, Option<&str>),
         now: i64,
         after: i64,
         limit: u32,
@@ -46,7 +47,12 @@ impl PlanStore for SqliteStore {
         let rows = sqlx::query(
             "SELECT id, wire_bytes, wire_id, est_tokens FROM requests
              WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ? AND id > ?
-               AND not_before <= ?
+               AND not_before <= ? AND answer_check IS ?
+               AND NOT EXISTS (
+                   SELECT 1 FROM requests AS t
+                   WHERE t.custom_id = requests.custom_id AND t.input_hash = requests.input_hash
+                     AND t.answer_check IS requests.answer_check AND t.job_id != requests.job_id
+                     AND (t.state = 'queued' OR (t.state = 'pending' AND t.id < requests.id)))
              ORDER BY id LIMIT ?",
         )
         .bind(provider.as_str())
@@ -54,6 +60,7 @@ impl PlanStore for SqliteStore {
         .bind(group.1)
         .bind(after)
         .bind(now)
+        .bind(group.2)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
@@ -75,14 +82,17 @@ impl PlanStore for SqliteStore {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<EarlierAnswer>> {
-        // Each waiting request looks its identity up in `requests_answers` (a partial index on
-        // uncached successes); the outer query pages in request id order.
+        // Each waiting request looks its identity up in `requests_identity`; the outer query
+        // pages in request id order. Only an answer that
+        // passed the same check and is not waiting for review is given.
         let rows = sqlx::query(
             "SELECT id, answered_by FROM (
                 SELECT r.id AS id,
                        (SELECT p.id FROM requests AS p
                         WHERE p.custom_id = r.custom_id AND p.input_hash = r.input_hash
                           AND p.state = 'succeeded' AND p.cached = 0
+                          AND p.answer_check IS r.answer_check
+                          AND (SELECT j.awaits_review FROM jobs AS j WHERE j.id = p.job_id) = 0
                         ORDER BY p.finished_at DESC, p.id DESC LIMIT 1) AS answered_by
                 FROM requests AS r
                 WHERE r.state = 'pending' AND r.provider = ? AND r.id > ?
@@ -179,15 +189,16 @@ impl PlanStore for SqliteStore {
         }
         let id = tranche.id.to_string();
         sqlx::query(
-            "INSERT INTO tranches (id, provider, account, endpoint, model, state, request_count,
-                                   bytes, est_tokens, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
+            "INSERT INTO tranches (id, provider, account, endpoint, model, answer_check, state,
+                                   request_count, bytes, est_tokens, created_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
         )
         .bind(&id)
         .bind(tranche.provider.as_str())
         .bind(tranche.account.as_str())
         .bind(tranche.endpoint.as_str())
         .bind(&tranche.model)
+        .bind(tranche.answer_check.as_deref())
         .bind(to_i64(tranche.bytes))
         .bind(to_i64(tranche.est_tokens))
         .bind(tranche.created_at)

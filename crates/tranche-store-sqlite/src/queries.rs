@@ -5,7 +5,7 @@ use sqlx::Row;
 use tranche_core::{JobId, TrancheState};
 use tranche_store::*;
 
-use crate::rows::tranche_from_row;
+use crate::rows::{result_from_row, tranche_from_row};
 use crate::{SqliteStore, parse, to_u64};
 
 #[async_trait::async_trait]
@@ -99,33 +99,16 @@ impl QueryStore for SqliteStore {
 
     fn job_results(&self, id: JobId) -> BoxStream<'_, StoreResult<ResultRow>> {
         sqlx::query(
-            "SELECT r.custom_id, r.state, o.output, r.error, r.output_object, r.output_offset,
-                    r.output_length
+            "SELECT r.id, r.custom_id, r.wire_id, r.tranche_id, r.state, o.output, r.error,
+                    r.output_object, r.output_offset, r.output_length, r.cached, r.attempts,
+                    r.max_attempts, r.input_tokens, r.output_tokens, r.endpoint
              FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
              WHERE r.job_id = ? ORDER BY r.line",
         )
         .bind(id.to_string())
         .fetch(&self.pool)
         .map_err(StoreError::from)
-        .and_then(|row| async move {
-            let state: String = row.try_get(1)?;
-            let text: Option<String> = row.try_get(2)?;
-            let object: Option<String> = row.try_get(4)?;
-            let range: (Option<i64>, Option<i64>) = (row.try_get(5)?, row.try_get(6)?);
-            let output = match (text, object, range) {
-                (Some(text), _, _) => Some(OutputRef::Text(text)),
-                (None, Some(object), (Some(offset), Some(len))) => {
-                    Some(OutputRef::InObject { object, offset: to_u64(offset), len: to_u64(len) })
-                }
-                _ => None,
-            };
-            Ok(ResultRow {
-                custom_id: row.try_get(0)?,
-                state: parse("request state", &state)?,
-                output,
-                error: row.try_get(3)?,
-            })
-        })
+        .and_then(|row| async move { result_from_row(&row) })
         .boxed()
     }
 }

@@ -12,7 +12,13 @@ pub(crate) fn attempt_info(row: &SqliteRow) -> StoreResult<AttemptInfo> {
         let v: i64 = row.try_get(i)?;
         Ok(u32::try_from(v).unwrap_or(u32::MAX))
     };
-    Ok(AttemptInfo { attempts: n(0)?, max_attempts: n(1)?, batch_returns: n(2)? })
+    let job: String = row.try_get("job_id")?;
+    Ok(AttemptInfo {
+        job_id: parse("job id", &job)?,
+        attempts: n(0)?,
+        max_attempts: n(1)?,
+        batch_returns: n(2)?,
+    })
 }
 
 pub(crate) fn job_from_row(row: &SqliteRow) -> StoreResult<JobRecord> {
@@ -33,7 +39,23 @@ pub(crate) fn job_from_row(row: &SqliteRow) -> StoreResult<JobRecord> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         finished_at: row.try_get("finished_at")?,
+        review: review_from_row(row)?,
     })
+}
+
+fn review_from_row(row: &SqliteRow) -> StoreResult<Option<Review>> {
+    let verdict: Option<String> = row.try_get("review_verdict")?;
+    let verdict = match verdict.as_deref() {
+        None => return Ok(None),
+        Some("approved") => ReviewVerdict::Approved,
+        Some("rejected") => ReviewVerdict::Rejected,
+        Some(other) => return Err(StoreError::Corrupt(format!("review verdict `{other}`"))),
+    };
+    Ok(Some(Review {
+        verdict,
+        by: row.try_get::<Option<String>, _>("reviewed_by")?.unwrap_or_default(),
+        at: row.try_get::<Option<i64>, _>("reviewed_at")?.unwrap_or_default(),
+    }))
 }
 
 pub(crate) fn tranche_from_row(row: &SqliteRow) -> StoreResult<TrancheRecord> {
@@ -46,6 +68,7 @@ pub(crate) fn tranche_from_row(row: &SqliteRow) -> StoreResult<TrancheRecord> {
         provider: parse("provider", &provider)?,
         endpoint: parse("endpoint", &endpoint)?,
         model: row.try_get("model")?,
+        answer_check: row.try_get("answer_check")?,
         state: parse("tranche state", &state)?,
         request_count: to_u64(row.try_get("request_count")?),
         bytes: to_u64(row.try_get("bytes")?),
@@ -65,5 +88,40 @@ pub(crate) fn tranche_from_row(row: &SqliteRow) -> StoreResult<TrancheRecord> {
         account: row.try_get::<Option<String>, _>("account")?.map(AccountId::from_stored),
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+    })
+}
+
+/// A request's outcome from the columns `job_results` selects, in its order.
+pub(crate) fn result_from_row(row: &SqliteRow) -> StoreResult<ResultRow> {
+    let tranche: Option<String> = row.try_get(3)?;
+    let state: String = row.try_get(4)?;
+    let endpoint: String = row.try_get(15)?;
+    let text: Option<String> = row.try_get(5)?;
+    let object: Option<String> = row.try_get(7)?;
+    let range: (Option<i64>, Option<i64>) = (row.try_get(8)?, row.try_get(9)?);
+    let output = match (text, object, range) {
+        (Some(text), _, _) => Some(OutputRef::Text(text)),
+        (None, Some(object), (Some(offset), Some(len))) => {
+            Some(OutputRef::InObject { object, offset: to_u64(offset), len: to_u64(len) })
+        }
+        _ => None,
+    };
+    let count = |i: usize| -> StoreResult<u32> {
+        Ok(u32::try_from(row.try_get::<i64, _>(i)?).unwrap_or(u32::MAX))
+    };
+    Ok(ResultRow {
+        request_id: row.try_get(0)?,
+        custom_id: row.try_get(1)?,
+        wire_id: row.try_get(2)?,
+        tranche_id: tranche.map(|t| parse("tranche id", &t)).transpose()?,
+        endpoint: parse("endpoint", &endpoint)?,
+        state: parse("request state", &state)?,
+        output,
+        error: row.try_get(6)?,
+        cached: row.try_get::<i64, _>(10)? != 0,
+        attempts: count(11)?,
+        max_attempts: count(12)?,
+        input_tokens: row.try_get::<Option<i64>, _>(13)?.map(to_u64),
+        output_tokens: row.try_get::<Option<i64>, _>(14)?.map(to_u64),
     })
 }

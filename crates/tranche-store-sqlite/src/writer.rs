@@ -39,6 +39,8 @@ pub(crate) struct SqliteJobWriter {
     bodies: Vec<(i64, String)>,
     /// The job's body object, recorded when the job commits.
     body_object: Option<BlobRecord>,
+    /// The answer check every request of the job carries.
+    answer_check: Option<String>,
 }
 
 impl SqliteJobWriter {
@@ -47,6 +49,7 @@ impl SqliteJobWriter {
         job: String,
         provider: ProviderKind,
         last_id: i64,
+        answer_check: Option<String>,
     ) -> Self {
         Self {
             tx,
@@ -57,6 +60,7 @@ impl SqliteJobWriter {
             rows: Vec::with_capacity(INSERT_ROWS),
             bodies: Vec::with_capacity(INSERT_ROWS),
             body_object: None,
+            answer_check,
         }
     }
 
@@ -134,9 +138,10 @@ impl JobWriter for SqliteJobWriter {
         let mut insert = QueryBuilder::<Sqlite>::new(
             "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
                                    wire_bytes, input_hash, state, max_attempts, est_tokens,
-                                   accepted_at, body_offset, body_length) ",
+                                   accepted_at, body_offset, body_length, answer_check) ",
         );
         let (job, provider) = (&self.job, self.provider.as_str());
+        let check = self.answer_check.as_deref();
         insert.push_values(self.rows.iter(), |mut row, r| {
             row.push_bind(r.id)
                 .push_bind(job.as_str())
@@ -153,7 +158,8 @@ impl JobWriter for SqliteJobWriter {
                 .push_bind(r.est_tokens)
                 .push_bind(r.accepted_at)
                 .push_bind(r.body_range.map(|(offset, _)| offset))
-                .push_bind(r.body_range.map(|(_, len)| len));
+                .push_bind(r.body_range.map(|(_, len)| len))
+                .push_bind(check);
         });
         match insert.build().persistent(persistent).execute(&mut *self.tx).await {
             Ok(_) => {}

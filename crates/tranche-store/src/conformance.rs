@@ -37,6 +37,7 @@ fn new_tranche(provider: ProviderKind, model: &str) -> NewTranche {
         provider,
         endpoint: Endpoint::ChatCompletions,
         model: model.into(),
+        answer_check: None,
         bytes: 0,
         created_at: 1,
     }
@@ -90,13 +91,24 @@ fn new_job() -> NewJob {
         source: Some("input.jsonl".into()),
         settings: JobSettings { task: Some("t".into()), ..JobSettings::default() },
         body_object: None,
+        answer_check: None,
         created_at: 100,
     }
 }
 
 /// Records a job of `n` requests of `model` (`k0:t:v1`, `k1:t:v1`, ...), bodies in the store.
 pub async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
-    let job = new_job();
+    add_job_as(store, n, model, new_job(), "00").await
+}
+
+/// Records `job` with `n` requests of `model` whose input hash is `input_hash`.
+async fn add_job_as(
+    store: &dyn Store,
+    n: u64,
+    model: &str,
+    job: NewJob,
+    input_hash: &str,
+) -> JobId {
     let id = job.id;
     let mut writer = store.begin_job(job).await.unwrap();
     for i in 0..n {
@@ -110,7 +122,7 @@ pub async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
                 model,
                 body: RequestBody::Stored(r#"{"model":"m"}"#),
                 wire_bytes: 10,
-                input_hash: "00",
+                input_hash,
                 max_attempts: 3,
                 est_tokens: 10,
                 accepted_at: 100,
@@ -130,7 +142,7 @@ async fn pending_ids(store: &dyn Store, model: &str) -> Vec<i64> {
         let page = store
             .pending_page(
                 ProviderKind::Openai,
-                (Endpoint::ChatCompletions, model),
+                (Endpoint::ChatCompletions, model, None),
                 i64::MAX,
                 after,
                 7,
@@ -173,7 +185,8 @@ fn success(wire_id: &str, output: &str) -> Success {
 
 pub async fn many_requests_are_written_in_order_across_statements(store: &dyn Store) {
     let first = add_job(store, 1_000, "m").await;
-    let second = add_job(store, 3, "m").await;
+    // The same custom ids with other bodies (identical ones would wait for the first job's).
+    let second = add_job_as(store, 3, "m", new_job(), "01").await;
     let ids = pending_ids(store, "m").await;
     assert_eq!(ids.len(), 1_003);
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids ascend in input order");
@@ -283,11 +296,12 @@ pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
     let ids = pending_ids(store, "m").await;
     let tranche = NewTranche { bytes: 30, created_at: 1, ..new_tranche(ProviderKind::Openai, "m") };
     create_tranche(store, &tranche, &ids).await;
+    let answer = OutputRef::Text(r#"{"ok":true}"#.into());
     let ok = ResultUpdate {
         state: RequestState::Succeeded,
         outcome: AttemptOutcome::Succeeded,
         status_code: Some(200),
-        output: Some(r#"{"ok":true}"#),
+        output: Some(&answer),
         error: None,
         input_tokens: Some(5),
         output_tokens: Some(7),
@@ -317,7 +331,10 @@ pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
     };
     let rest = writer.unanswered().await.unwrap();
     assert_eq!(rest.len(), 2);
-    assert_eq!(rest[0].1, AttemptInfo { attempts: 0, max_attempts: 3, batch_returns: 0 });
+    assert_eq!(
+        rest[0].1,
+        AttemptInfo { job_id: job, attempts: 0, max_attempts: 3, batch_returns: 0 }
+    );
     for (wire_id, _) in &rest {
         assert!(writer.record(wire_id, &failed).await.unwrap());
     }
@@ -387,6 +404,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
             source: None,
             settings: JobSettings::default(),
             body_object: None,
+            answer_check: None,
             created_at: 1,
         })
         .await
@@ -412,7 +430,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
     }
     writer.commit().await.unwrap();
     let ids: Vec<i64> = store
-        .pending_page(ProviderKind::Openai, (Endpoint::ChatCompletions, "m"), 10, 0, 10)
+        .pending_page(ProviderKind::Openai, (Endpoint::ChatCompletions, "m", None), 10, 0, 10)
         .await
         .unwrap()
         .iter()
@@ -638,6 +656,155 @@ pub async fn counts_follow_every_change(store: &dyn Store) {
     let counts = store.job_counts(other).await.unwrap();
     assert_eq!((counts.succeeded, counts.cached, counts.pending), (1, 1, 0));
     assert_counts_match_results(store, other).await;
+}
+
+/// Identical requests (custom id, input hash, answer check) of two jobs go out once: the later
+/// waits while the earlier waits or is in flight, and goes out itself if that one fails. An
+/// answer is reused only under the same check, and not while its job awaits review; a review
+/// rejects the answers it names and ends the job.
+pub async fn twins_wait_and_answers_are_reused_only_when_checked_and_approved(store: &dyn Store) {
+    let first = add_job(store, 2, "m").await;
+    let twin = add_job(store, 2, "m").await;
+    let checked = NewJob {
+        settings: JobSettings { answer_check: Some("c1".into()), ..new_job().settings },
+        answer_check: Some(NewAnswerCheck {
+            id: "c1".into(),
+            schema: r#"{"type":"object"}"#.into(),
+            lenient_json: false,
+        }),
+        ..new_job()
+    };
+    let other_check = add_job_as(store, 2, "m", checked, "00").await;
+    let stored = store.answer_check("c1").await.unwrap().unwrap();
+    assert_eq!((stored.schema.as_str(), stored.lenient_json), (r#"{"type":"object"}"#, false));
+    let waiting = pending_ids(store, "m").await;
+    assert_eq!(waiting.len(), 2, "the twins wait: {waiting:?}");
+    let page = |check: Option<&'static str>| async move {
+        let group = (Endpoint::ChatCompletions, "m", check);
+        store.pending_page(ProviderKind::Openai, group, i64::MAX, 0, 10).await.unwrap()
+    };
+    assert_eq!(page(Some("c1")).await.len(), 2, "another check is another request");
+    let groups = store.pending_groups(ProviderKind::Openai, i64::MAX).await.unwrap();
+    let checks: Vec<_> = groups.iter().map(|g| g.answer_check.as_deref()).collect();
+    assert_eq!(checks, [None, Some("c1")]);
+    let (tranche, _) = claim_all(store, "m").await;
+    assert!(pending_ids(store, "m").await.is_empty(), "still waiting while in flight");
+    // k0 succeeds, k1 fails: k1's twin goes out itself, k0's takes the answer.
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    writer.record_successes(&mut vec![success("k0:t:v1", "{}")], 2).await.unwrap();
+    let failed = ResultUpdate {
+        state: RequestState::Failed,
+        outcome: AttemptOutcome::Errored,
+        status_code: Some(400),
+        output: None,
+        error: Some("{}"),
+        input_tokens: None,
+        output_tokens: None,
+        spends_attempt: true,
+        not_before: 0,
+        at: 2,
+    };
+    assert!(writer.record("k1:t:v1", &failed).await.unwrap());
+    assert!(writer.commit(TrancheState::Cleaning, 2).await.unwrap());
+    // Neither twin waits any more: k0's is answered before planning, k1's goes out.
+    assert_eq!(pending_ids(store, "m").await.len(), 2);
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 10).await.unwrap();
+    assert_eq!(answers.len(), 1, "only the twin under the same check: {answers:?}");
+    assert_eq!(store.answer_from(&answers, 3).await.unwrap(), 1);
+    assert_eq!(store.job_counts(twin).await.unwrap().cached, 1);
+    assert_eq!(store.job_counts(other_check).await.unwrap().pending, 2);
+    assert_eq!(store.job_counts(first).await.unwrap().succeeded, 1);
+
+    // A job awaiting review lends no answer until a person decides.
+    let reviewed = NewJob {
+        settings: JobSettings { review_sample: Some(1), ..new_job().settings },
+        ..new_job()
+    };
+    let reviewed = add_job_as(store, 2, "x", reviewed, "07").await;
+    let (tranche, _) = claim_all(store, "x").await;
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    let mut both = vec![success("k0:t:v1", "{}"), success("k1:t:v1", "{}")];
+    writer.record_successes(&mut both, 4).await.unwrap();
+    assert!(writer.commit(TrancheState::Cleaning, 4).await.unwrap());
+    let later = add_job_as(store, 2, "x", new_job(), "07").await;
+    assert_eq!(pending_ids(store, "x").await.len(), 2, "nothing in flight to wait for");
+    let reuse = store.earlier_answers(ProviderKind::Openai, 0, 10).await.unwrap();
+    assert!(reuse.is_empty(), "unreviewed answers are not reused: {reuse:?}");
+    let review = Review { verdict: ReviewVerdict::Rejected, by: "ana".into(), at: 5 };
+    let named = ["k1:t:v1".to_owned()];
+    let decided = store.decide_review(reviewed, &review, Rejected::Only(&named), "{}").await;
+    assert_eq!(decided.unwrap(), None, "a job not awaiting review is left alone");
+    assert!(store.set_job_state(reviewed, JobState::NeedsReview, None, 5).await.unwrap());
+    let decided = store.decide_review(reviewed, &review, Rejected::Only(&named), "{}").await;
+    assert_eq!(decided.unwrap(), Some(1));
+    let record = store.job(reviewed).await.unwrap().unwrap();
+    assert_eq!((record.state, record.review), (JobState::Done, Some(review)));
+    let counts = store.job_counts(reviewed).await.unwrap();
+    assert_eq!((counts.succeeded, counts.failed), (1, 1));
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 10).await.unwrap();
+    assert_eq!(answers.len(), 1, "the approved answer is reused, the rejected one is not");
+    assert_eq!(store.answer_from(&answers, 6).await.unwrap(), 1);
+    assert_eq!(store.job_counts(later).await.unwrap().cached, 1);
+}
+
+/// A re-parse's verdicts move ended requests (and only those); an ended job reopens for the
+/// ones sent again; a new check replaces the job's on every request.
+pub async fn verdicts_apply_to_ended_requests_and_reopen_the_job(store: &dyn Store) {
+    let job = add_job(store, 3, "m").await;
+    let (tranche, ids) = claim_all(store, "m").await;
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    let mut lines = vec![success("k0:t:v1", "{\"a\":1}"), success("k1:t:v1", "{}")];
+    writer.record_successes(&mut lines, 2).await.unwrap();
+    assert!(writer.commit(TrancheState::Cleaning, 2).await.unwrap());
+    let verdicts = [
+        Verdict {
+            request_id: ids[0],
+            state: RequestState::Failed,
+            error: Some(r#"{"code":"invalid_output"}"#.into()),
+            output: Some(OutputRef::Text("{\"a\":1}".into())),
+            not_before: 0,
+        },
+        Verdict {
+            request_id: ids[1],
+            state: RequestState::Pending,
+            error: None,
+            output: None,
+            not_before: 9,
+        },
+        // Still in its tranche: left alone.
+        Verdict {
+            request_id: ids[2],
+            state: RequestState::Failed,
+            error: None,
+            output: None,
+            not_before: 0,
+        },
+    ];
+    assert_eq!(store.apply_verdicts(job, &verdicts, 3).await.unwrap(), 2);
+    let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    assert_eq!(rows[0].state, RequestState::Failed);
+    assert_eq!(text(&rows[0]), Some("{\"a\":1}"), "a failed answer is kept");
+    assert_eq!((rows[1].state, rows[1].output.as_ref()), (RequestState::Pending, None));
+    assert_eq!(rows[2].state, RequestState::Queued);
+    assert_counts_match_results(store, job).await;
+    assert!(!store.reopen_job(job, 3).await.unwrap(), "an open job is not reopened");
+    assert!(store.set_job_state(job, JobState::Done, None, 3).await.unwrap());
+    assert!(store.reopen_job(job, 4).await.unwrap());
+    assert_eq!(store.job(job).await.unwrap().unwrap().state, JobState::Running);
+    let check = NewAnswerCheck { id: "c2".into(), schema: "{}".into(), lenient_json: true };
+    let settings = JobSettings { answer_check: Some("c2".into()), ..JobSettings::default() };
+    store.set_job_check(job, &settings, Some(&check), 5).await.unwrap();
+    assert_eq!(store.job(job).await.unwrap().unwrap().settings, settings);
+    assert_eq!(store.answer_check("c2").await.unwrap(), Some(check));
+    let group = (Endpoint::ChatCompletions, "m", Some("c2"));
+    let page = store.pending_page(ProviderKind::Openai, group, i64::MAX, 0, 10).await.unwrap();
+    assert_eq!(page.len(), 1, "the request sent again carries the new check");
+    let body = store.request_body(job, "k2:t:v1").await.unwrap();
+    assert_eq!(body, Some(InputBody::Text(r#"{"model":"m"}"#.into())));
+    assert_eq!(store.request_body(job, "nope").await.unwrap(), None);
 }
 
 /// The first engine records a deployment fact; later ones read it back, whatever they propose.
@@ -968,6 +1135,8 @@ macro_rules! store_conformance {
             earlier_answers_match_custom_id_and_input_hash,
             pruning_removes_rows_keeps_summaries_and_sees_who_still_reads_raw_files,
             blob_objects_are_recorded_with_size_and_hash,
+            twins_wait_and_answers_are_reused_only_when_checked_and_approved,
+            verdicts_apply_to_ended_requests_and_reopen_the_job,
         );
     };
     (@checks $factory:path; $($check:ident,)+) => {

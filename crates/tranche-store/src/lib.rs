@@ -16,6 +16,6 @@ mod traits;
 pub use error::{DuplicateCustomId, StoreError, StoreResult};
 pub use records::*;
 pub use traits::{
-    BlobIndex, DeploymentStore, FileStore, IngestStore, IngestWriter, JobStore, JobWriter,
-    LeaseStore, PlanStore, PruneStore, QueryStore, Store, TrancheStore,
+    AnswerStore, BlobIndex, DeploymentStore, FileStore, IngestStore, IngestWriter, JobStore,
+    JobWriter, LeaseStore, PlanStore, PruneStore, QueryStore, Store, TrancheStore,
 };

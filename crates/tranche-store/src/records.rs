@@ -20,7 +20,45 @@ pub struct NewJob {
     pub settings: JobSettings,
     /// The blob-store object its requests' bodies rest in (one a line), when they rest there.
     pub body_object: Option<String>,
+    /// The check its answers must pass (its id is `settings.answer_check`), recorded once.
+    pub answer_check: Option<NewAnswerCheck>,
     pub created_at: i64,
+}
+
+/// An answer check as recorded: a JSON Schema and whether fenced JSON passes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAnswerCheck {
+    pub id: String,
+    /// The schema's JSON text.
+    pub schema: String,
+    pub lenient_json: bool,
+}
+
+/// Who approved or rejected a job's answers, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Review {
+    pub verdict: ReviewVerdict,
+    pub by: String,
+    pub at: i64,
+}
+
+/// What a person decided about a job's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewVerdict {
+    /// Every answer stands.
+    Approved,
+    /// Some (or all) answers were rejected; the rest stand.
+    Rejected,
+}
+
+impl ReviewVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approved => "approved",
+            Self::Rejected => "rejected",
+        }
+    }
 }
 
 /// Where a new request's body is kept.
@@ -67,6 +105,8 @@ pub struct JobRecord {
     pub created_at: i64,
     pub updated_at: i64,
     pub finished_at: Option<i64>,
+    /// The review of its answers, once a person decided.
+    pub review: Option<Review>,
 }
 
 /// How many of a job's requests are in each state.
@@ -126,11 +166,13 @@ pub struct EarlierAnswer {
     pub answered_by: i64,
 }
 
-/// Requests of one provider, endpoint and model waiting for a tranche.
+/// Requests of one provider, endpoint, model and answer check waiting for a tranche.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingGroup {
     pub endpoint: Endpoint,
     pub model: String,
+    /// The check their answers must pass (one tranche holds one check).
+    pub answer_check: Option<String>,
     pub count: u64,
     /// When the group's oldest request was accepted (pooling thresholds wait on it).
     pub oldest_accepted_at: i64,
@@ -146,6 +188,8 @@ pub struct NewTranche {
     pub provider: ProviderKind,
     pub endpoint: Endpoint,
     pub model: String,
+    /// The check its answers must pass.
+    pub answer_check: Option<String>,
     pub bytes: u64,
     pub created_at: i64,
 }
@@ -157,6 +201,8 @@ pub struct TrancheRecord {
     pub provider: ProviderKind,
     pub endpoint: Endpoint,
     pub model: String,
+    /// The check its answers must pass.
+    pub answer_check: Option<String>,
     pub state: TrancheState,
     pub request_count: u64,
     pub bytes: u64,
@@ -268,8 +314,9 @@ pub struct ResultUpdate<'a> {
     pub state: RequestState,
     pub outcome: AttemptOutcome,
     pub status_code: Option<u16>,
-    /// The provider's response body, for successes.
-    pub output: Option<&'a str>,
+    /// The provider's response body, for successes and for answers that failed their check
+    /// (kept only when the request ends, so that a re-parse can read it).
+    pub output: Option<&'a OutputRef>,
     /// The error as JSON, for failures.
     pub error: Option<&'a str>,
     pub input_tokens: Option<u64>,
@@ -296,19 +343,57 @@ pub struct Success {
 /// Where a request stands in its retry budget, for the engine to decide what a failure means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttemptInfo {
+    /// The request's job (whose settings say what an invalid answer does).
+    pub job_id: JobId,
     /// Attempts spent before this one.
     pub attempts: u32,
     pub max_attempts: u32,
     pub batch_returns: u32,
 }
 
-/// One request's outcome, as `tranche results` prints it.
+/// One request's outcome, as `tranche results` prints it and a re-parse reads it.
 #[derive(Debug, Clone)]
 pub struct ResultRow {
+    pub request_id: i64,
     pub custom_id: String,
+    pub wire_id: String,
+    /// The tranche of its last attempt.
+    pub tranche_id: Option<TrancheId>,
+    pub endpoint: Endpoint,
     pub state: RequestState,
     pub output: Option<OutputRef>,
     pub error: Option<String>,
+    /// Answered from an earlier identical request.
+    pub cached: bool,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+}
+
+/// Which of a job's answers a review rejects.
+#[derive(Debug, Clone, Copy)]
+pub enum Rejected<'a> {
+    /// None: the answers are approved.
+    None,
+    /// Every succeeded one.
+    All,
+    /// The answers of these custom ids (those that succeeded).
+    Only(&'a [String]),
+}
+
+/// A re-parse's verdict on one ended request.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub request_id: i64,
+    /// `succeeded`, `failed`, or `pending` (sent again).
+    pub state: RequestState,
+    /// The error as JSON, for failures.
+    pub error: Option<String>,
+    /// The answer the verdict is on (kept unless the request goes out again).
+    pub output: Option<OutputRef>,
+    /// For a request sent again: not before this time.
+    pub not_before: i64,
 }
 
 /// Where a succeeded request's output (the provider's response body) is.

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use tranche_core::{
-    Endpoint, EngineId, JobId, JobState, LeaseToken, ProviderKind, TrancheId, TrancheState,
+    Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind, TrancheId,
+    TrancheState,
 };
 
 use crate::error::StoreResult;
@@ -117,20 +118,22 @@ pub trait QueryStore: Send + Sync {
 #[async_trait::async_trait]
 pub trait PlanStore: Send + Sync {
     /// Requests of one provider waiting for a tranche whose backoff has passed, grouped by
-    /// endpoint and model.
+    /// endpoint, model and answer check.
     async fn pending_groups(
         &self,
         provider: ProviderKind,
         now: i64,
     ) -> StoreResult<Vec<PendingGroup>>;
 
-    /// Up to `limit` requests of one group waiting for a tranche whose backoff has passed,
-    /// with ids above `after`, in the order they were accepted (keyset pages: memory does not
-    /// grow with the number of waiting requests).
+    /// Up to `limit` requests of one group (endpoint, model, answer check) waiting for a
+    /// tranche whose backoff has passed, with ids above `after`, in the order they were
+    /// accepted (keyset pages: memory does not grow with the number of waiting requests).
+    /// A request identical (custom id, input hash, answer check) to one of another job in a
+    /// tranche, or waiting since before it, is left out: it waits for that one's answer.
     async fn pending_page(
         &self,
         provider: ProviderKind,
-        group: (Endpoint, &str),
+        group: (Endpoint, &str, Option<&str>),
         now: i64,
         after: i64,
         limit: u32,
@@ -375,6 +378,46 @@ pub trait BlobIndex: Send + Sync {
     async fn forget_blobs(&self, keys: &[String]) -> StoreResult<()>;
 }
 
+/// Answers after they arrive: the checks they pass, the review of a job's answers, and a
+/// re-parse's new verdicts.
+#[async_trait::async_trait]
+pub trait AnswerStore: Send + Sync {
+    /// The answer check recorded under `id`.
+    async fn answer_check(&self, id: &str) -> StoreResult<Option<NewAnswerCheck>>;
+
+    /// Records what a person decided about a job awaiting review: the `rejected` answers end
+    /// failed with `error`, the rest stand, and the job ends `done`. Returns how many answers
+    /// were rejected, or `None` (changing nothing) when the job does not await review.
+    async fn decide_review(
+        &self,
+        job: JobId,
+        review: &Review,
+        rejected: Rejected<'_>,
+        error: &str,
+    ) -> StoreResult<Option<u64>>;
+
+    /// Gives a job a new answer check (`None`: none), its settings with it; the job's
+    /// requests carry it from now on.
+    async fn set_job_check(
+        &self,
+        job: JobId,
+        settings: &JobSettings,
+        check: Option<&NewAnswerCheck>,
+        at: i64,
+    ) -> StoreResult<()>;
+
+    /// Applies a re-parse's verdicts to a job's ended requests (a request no longer ended is
+    /// left alone). Returns how many changed.
+    async fn apply_verdicts(&self, job: JobId, verdicts: &[Verdict], at: i64) -> StoreResult<u64>;
+
+    /// Opens an ended (not cancelled) job again, for requests a re-parse sent back to the
+    /// pool. Returns whether it moved.
+    async fn reopen_job(&self, job: JobId, at: i64) -> StoreResult<bool>;
+
+    /// Where one of a job's request bodies is.
+    async fn request_body(&self, job: JobId, custom_id: &str) -> StoreResult<Option<InputBody>>;
+}
+
 /// A whole store: every capability, one backend.
 #[async_trait::async_trait]
 pub trait Store:
@@ -388,6 +431,7 @@ pub trait Store:
     + DeploymentStore
     + PruneStore
     + BlobIndex
+    + AnswerStore
     + std::fmt::Debug
 {
     /// Closes every connection (SQLite checkpoints its log).

@@ -95,3 +95,30 @@ pub fn keyed_lines(n: usize) -> String {
         })
         .collect()
 }
+
+impl Harness {
+    /// Ticks `engine` (advancing the simulator's clock a second between ticks) until `job`
+    /// ends; its end state.
+    pub async fn run_to_end(&self, engine: &Engine, job: JobId) -> tranche_core::JobState {
+        for _ in 0..300 {
+            engine.tick().await.unwrap();
+            let state = engine.store().job(job).await.unwrap().unwrap().state;
+            if state.is_terminal() {
+                return state;
+            }
+            self.sim.advance(1.0);
+        }
+        panic!("job {job} did not end");
+    }
+
+    /// The simulator's ledger by custom id: every run of each request, in order.
+    pub fn ledger_by_custom_id(
+        &self,
+    ) -> std::collections::BTreeMap<String, Vec<tranche_sim::LedgerOutcome>> {
+        let mut map = std::collections::BTreeMap::<String, Vec<_>>::new();
+        for entry in self.sim.ledger() {
+            map.entry(entry.custom_id).or_default().push(entry.outcome);
+        }
+        map
+    }
+}

@@ -40,3 +40,32 @@ pub fn anthropic_lines(n: usize) -> String {
         })
         .collect()
 }
+
+/// What [`structured_lines`] ask every answer to be: a label and a score.
+pub fn label_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {"label": {"type": "string"}, "score": {"type": "integer"}},
+        "required": ["label", "score"],
+        "additionalProperties": false
+    })
+}
+
+/// `n` tranche lines (`k0`, `k1`, ...) asking for structured output under [`label_schema`],
+/// each with `extra` merged into its body.
+pub fn structured_lines(n: usize, extra: &serde_json::Value) -> String {
+    (0..n)
+        .map(|i| {
+            let mut body = serde_json::json!({
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": format!("k{i} question")}],
+                "response_format": {"type": "json_schema", "json_schema":
+                    {"name": "triage", "strict": true, "schema": label_schema()}}
+            });
+            if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+                body.extend(extra.clone());
+            }
+            format!("{}\n", serde_json::json!({"key": format!("k{i}"), "body": body}))
+        })
+        .collect()
+}

@@ -4,8 +4,8 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use tranche_app::{EngineSettings, ProviderOptions};
-use tranche_core::{Endpoint, JobSettings, ProviderKind};
+use tranche_app::{EngineSettings, ExportFormat, ExportOptions, ProviderOptions};
+use tranche_core::{Endpoint, JobSettings, OnInvalid, ProviderKind, RequestState};
 
 /// tranche: a durable pipeline for LLM batch APIs.
 #[derive(Debug, Parser)]
@@ -50,6 +50,15 @@ pub enum Command {
     Results(ResultsArgs),
     /// Cancel a job: waiting requests at once, its batches at the provider.
     Cancel(CancelArgs),
+    /// Show answers of a job drawn at random, beside their inputs, for review.
+    Review(ReviewArgs),
+    /// Approve a job's answers: the job awaiting review ends `done`.
+    Approve(DecideArgs),
+    /// Reject a job's answers (all succeeded ones, or those named): they end failed with
+    /// `rejected_in_review`, the others stand, and the job ends `done`.
+    Reject(RejectArgs),
+    /// Judge a job's answers again from its stored raw results, without calling a provider.
+    Reparse(ReparseArgs),
     /// Forget jobs that ended long ago: their requests and the bytes no other job needs; each
     /// job's summary stays.
     Prune(PruneArgs),
@@ -94,6 +103,42 @@ pub struct InputArgs {
     /// Send a request at most this many times (only retryable failures are retried).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub max_attempts: Option<u32>,
+    /// A JSON Schema file every answer must match (the answer text, or the one tool call's
+    /// arguments, parsed as JSON); an answer that does not fails with `invalid_output`.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+    /// Accept JSON inside a Markdown code fence (```json ... ```) as well.
+    #[arg(long, requires = "schema")]
+    pub lenient_json: bool,
+    /// What an answer that does not match the schema does: goes out again, spending an
+    /// attempt (`retry`), or ends the request failed (`fail`).
+    #[arg(long, value_name = "retry|fail", default_value = "retry", value_parser = parse_on_invalid)]
+    pub on_invalid: OnInvalid,
+    /// Hold the job's answers for review: the job ends in `needs_review` until `tranche
+    /// approve` (or `reject`); `tranche review` shows this many answers drawn at random.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub review_sample: Option<u32>,
+    /// The seed of the review sample [default: derived from the job id].
+    #[arg(long, requires = "review_sample")]
+    pub review_seed: Option<u64>,
+}
+
+fn parse_on_invalid(s: &str) -> Result<OnInvalid, String> {
+    s.parse()
+}
+
+/// The JSON Schema in the file at `path`, or why it cannot be read as JSON.
+pub fn read_schema(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--schema {}: cannot read it: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "--schema {}: not JSON at line {}, column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        )
+    })
 }
 
 impl InputArgs {
@@ -228,6 +273,95 @@ pub struct ResultsArgs {
     /// where as JSON: `object`, `url`, `lines`, `bytes`, `sha256`.
     #[arg(long, conflicts_with = "out")]
     pub to_blob_store: bool,
+    /// Only requests that ended so.
+    #[arg(long, value_name = "succeeded|failed|cancelled", value_parser = parse_ended)]
+    pub status: Option<RequestState>,
+    /// Also answers still awaiting review, marked `"stage": "staged"`.
+    #[arg(long)]
+    pub staged: bool,
+    /// `jsonl` (one JSON object a line) or `csv` (custom_id, key, status, answer, error_code,
+    /// error_message).
+    #[arg(long, default_value = "jsonl", value_parser = parse_format)]
+    pub format: ExportFormat,
+    /// Add each answer's whole result line as the provider returned it (`raw`).
+    #[arg(long)]
+    pub raw: bool,
+}
+
+fn parse_ended(s: &str) -> Result<RequestState, String> {
+    match s {
+        "succeeded" => Ok(RequestState::Succeeded),
+        "failed" => Ok(RequestState::Failed),
+        "cancelled" => Ok(RequestState::Cancelled),
+        other => Err(format!("`{other}` is not succeeded, failed or cancelled")),
+    }
+}
+
+fn parse_format(s: &str) -> Result<ExportFormat, String> {
+    match s {
+        "jsonl" => Ok(ExportFormat::Jsonl),
+        "csv" => Ok(ExportFormat::Csv),
+        other => Err(format!("`{other}` is not jsonl or csv")),
+    }
+}
+
+impl ResultsArgs {
+    /// Which results, and how.
+    pub fn options(&self) -> ExportOptions {
+        ExportOptions {
+            status: self.status,
+            staged: self.staged,
+            format: self.format,
+            raw: self.raw,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    /// The job.
+    pub job: String,
+    /// How many answers [default: the job's --review-sample, else 20].
+    #[arg(long, value_name = "N")]
+    pub sample: Option<u32>,
+    /// The seed of the draw [default: the job's --review-seed, else derived from the job id].
+    #[arg(long)]
+    pub review_seed: Option<u64>,
+    /// Print `[{custom_id, key, input, output, answer}]`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DecideArgs {
+    /// The job.
+    pub job: String,
+    /// Who decided [default: the user's login name].
+    #[arg(long)]
+    pub by: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RejectArgs {
+    #[command(flatten)]
+    pub decide: DecideArgs,
+    /// Reject only these answers (repeatable); without it, every succeeded answer.
+    #[arg(long = "custom-id", value_name = "ID")]
+    pub custom_ids: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReparseArgs {
+    /// The job.
+    pub job: String,
+    /// A JSON Schema file that replaces the job's.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    /// Print what changed as JSON: `judged`, `promoted`, `demoted`, `resent`, `undecodable`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -352,15 +486,21 @@ impl ProviderArgs {
 }
 
 impl InputArgs {
-    /// What the flags ask of a job.
-    pub fn job_settings(&self) -> JobSettings {
-        JobSettings {
+    /// What the flags ask of a job (its schema read from its file).
+    pub fn job_settings(&self) -> Result<JobSettings, String> {
+        Ok(JobSettings {
             task: self.task.clone(),
             version: Some(self.task_version.clone()),
             endpoint: self.endpoint(),
             model: self.model.clone(),
             max_attempts: self.max_attempts,
             tenant: self.tenant.clone(),
-        }
+            schema: self.schema.as_deref().map(read_schema).transpose()?,
+            answer_check: None,
+            lenient_json: self.lenient_json,
+            on_invalid: self.on_invalid,
+            review_sample: self.review_sample,
+            review_seed: self.review_seed,
+        })
     }
 }

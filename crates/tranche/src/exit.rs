@@ -11,6 +11,8 @@ pub const JOB_FAILED_REQUESTS: u8 = 1;
 pub const USAGE: u8 = 2;
 /// An upstream failure stopped the job.
 pub const UPSTREAM: u8 = 3;
+/// The job's answers await review (`tranche approve` or `reject`).
+pub const AWAITS_REVIEW: u8 = 4;
 
 /// A failed command: what to print and which code to exit with.
 #[derive(Debug)]

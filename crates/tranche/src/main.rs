@@ -41,6 +41,18 @@ fn main() -> ExitCode {
             Command::Cancel(args) => {
                 with_app(global, |app| commands::cancel::run(app, global, args)).await
             }
+            Command::Review(args) => {
+                with_app(global, |app| commands::review::show(app, args)).await
+            }
+            Command::Approve(args) => {
+                with_app(global, |app| commands::review::approve(app, args)).await
+            }
+            Command::Reject(args) => {
+                with_app(global, |app| commands::review::reject(app, args)).await
+            }
+            Command::Reparse(args) => {
+                with_app(global, |app| commands::reparse::run(app, global, args)).await
+            }
             Command::Prune(args) => {
                 with_app(global, |app| commands::prune::run(app, global, args)).await
             }

@@ -1,11 +1,8 @@
 //! Ingesting raw results: each line matched to its request by wire id, successes recorded
 //! in bulk, failures decided one by one by the retry policy, the rest accounted for.
 
-use futures::TryStreamExt;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio_util::io::StreamReader;
 use tracing::{info, warn};
-use tranche_core::TrancheState;
+use tranche_core::{OnInvalid, TrancheState};
 use tranche_providers::{BatchStatus, LineError, LineOutcome, Provider};
 use tranche_store::{
     AttemptInfo, AttemptOutcome, OutputRef, ResultUpdate, Success, TrancheRecord, TrancheUpdate,
@@ -13,12 +10,24 @@ use tranche_store::{
 
 use crate::engine::{Engine, StepError};
 use crate::error::EngineError;
+use crate::judge::{self, Judge};
 use crate::layout::raw_key;
 use crate::lease::Lease;
 use crate::policy::{self, Budget, Failure};
+use crate::raw::RawLines;
 
 fn line_error_json(e: &LineError) -> String {
     serde_json::to_string(e).unwrap_or_else(|_| e.message.clone())
+}
+
+/// A result line whose answer failed the tranche's check, decided after the successes.
+struct InvalidLine {
+    wire_id: String,
+    status_code: u16,
+    request_id: Option<String>,
+    output: OutputRef,
+    usage: tranche_providers::Usage,
+    invalid: tranche_core::validate::Invalid,
 }
 
 impl Engine {
@@ -46,32 +55,21 @@ impl Engine {
                 return Ok(self.transition(lease, update).await?);
             }
         }
+        let judge =
+            Judge::load(&*self.store, tranche.endpoint, tranche.answer_check.as_deref()).await?;
         let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
         /// Successful lines recorded per call; failures are few and kept until the end.
         const SUCCESS_CHUNK: usize = 512;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
         let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
         let mut failures = Vec::new();
+        let mut invalids = Vec::new();
         for name in files {
             let key = raw_key(tranche.id, name).map_err(EngineError::from)?;
-            let chunks = self.config.blobs.stream(&key).await.map_err(EngineError::from)?;
-            let reader = StreamReader::new(chunks.map_err(std::io::Error::other));
-            let mut reader = BufReader::new(reader);
-            let path = std::path::PathBuf::from(key.as_str());
-            // Where each line starts in the raw file: an answer is kept as its range there.
-            let (mut raw, mut next_start) = (Vec::new(), 0u64);
-            loop {
-                raw.clear();
-                let line_start = next_start;
-                let n = reader
-                    .read_until(b'\n', &mut raw)
-                    .await
-                    .map_err(EngineError::io("reading", &path))?;
-                if n == 0 {
-                    break;
-                }
-                next_start += n as u64;
-                let Ok(line) = std::str::from_utf8(&raw) else {
+            let object = key.as_str().to_owned();
+            let mut lines = RawLines::open(&self.config.blobs, key).await?;
+            while let Some((line_start, raw)) = lines.next().await? {
+                let Ok(line) = std::str::from_utf8(raw) else {
                     unparsable += 1;
                     warn!(tranche = %tranche.id, file = name, "a result line is not UTF-8");
                     continue;
@@ -88,13 +86,26 @@ impl Engine {
                     }
                 };
                 match parsed.outcome {
-                    LineOutcome::Succeeded { status_code, body, usage, .. } => {
+                    LineOutcome::Succeeded { status_code, request_id, body, usage } => {
                         // The body is kept as its byte range in the raw file, exactly as sent.
                         let output = OutputRef::InObject {
-                            object: key.as_str().to_owned(),
+                            object: object.clone(),
                             offset: line_start + body.start as u64,
                             len: body.len() as u64,
                         };
+                        if !judge.passes_all()
+                            && let Err(invalid) = judge.judge(&line[body])
+                        {
+                            invalids.push(InvalidLine {
+                                wire_id: parsed.wire_id,
+                                status_code,
+                                request_id,
+                                output,
+                                usage,
+                                invalid,
+                            });
+                            continue;
+                        }
                         successes.push(Success {
                             wire_id: parsed.wire_id,
                             status_code,
@@ -137,6 +148,10 @@ impl Engine {
                 warn!(tranche = %tranche.id, wire_id = %wire_id, "result line matches no waiting request");
             }
         }
+        let (recorded, unknown_invalid) =
+            self.record_invalid(tranche, &mut *writer, invalids, now).await?;
+        matched += recorded;
+        unknown += unknown_invalid;
         let status = tranche.batch_status.as_deref().and_then(|s| {
             serde_json::from_value::<BatchStatus>(serde_json::Value::String(s.to_owned())).ok()
         });
@@ -146,15 +161,82 @@ impl Engine {
             tranche.batch_errors.as_ref(),
             tranche.cancel_requested,
         );
-        let error = rest.error.to_string();
+        // A request without a result in a batch with unreadable lines may have its answer
+        // among them: it waits for a re-parse instead of being sent (and billed) again.
+        let (error, failure) = if unparsable > 0 {
+            let e = judge::undecodable_error(tranche.provider, unparsable);
+            (line_error_json(&e), Failure::Fatal)
+        } else {
+            (rest.error.to_string(), rest.failure)
+        };
         let mut missing = 0u64;
         for (wire_id, info) in writer.unanswered().await? {
-            let update = self.failure_update(info, rest.failure, rest.outcome, None, &error, now);
+            let update = self.failure_update(info, failure, rest.outcome, None, &error, now);
             missing += u64::from(writer.record(&wire_id, &update).await?);
         }
         self.commit(lease, writer, TrancheState::Cleaning, now).await?;
         info!(tranche = %tranche.id, matched, missing, unknown, unparsable, "ingested results");
         Ok(())
+    }
+
+    /// Records the answers that failed the tranche's check, each as its job says (sent again
+    /// while attempts last, or ended failed), keeping the answer of a request that ends.
+    /// Returns how many were recorded and how many matched no waiting request.
+    async fn record_invalid(
+        &self,
+        tranche: &TrancheRecord,
+        writer: &mut dyn tranche_store::IngestWriter,
+        invalids: Vec<InvalidLine>,
+        now: i64,
+    ) -> Result<(u64, u64), EngineError> {
+        let (mut recorded, mut unknown) = (0, 0);
+        let mut on_invalid = std::collections::HashMap::new();
+        for line in invalids {
+            let Some(info) = writer.attempt_info(&line.wire_id).await? else {
+                unknown += 1;
+                continue;
+            };
+            let rule = match on_invalid.get(&info.job_id) {
+                Some(rule) => *rule,
+                None => {
+                    let job = self.store.job(info.job_id).await?;
+                    let rule = job.map(|j| j.settings.on_invalid).unwrap_or_default();
+                    *on_invalid.entry(info.job_id).or_insert(rule)
+                }
+            };
+            let e = judge::invalid_error(
+                tranche.provider,
+                line.status_code,
+                line.request_id,
+                &line.invalid,
+                rule,
+            );
+            let kind = match rule {
+                OnInvalid::Retry => Failure::Retryable,
+                OnInvalid::Fail => Failure::Fatal,
+            };
+            let error = line_error_json(&e);
+            let mut update = self.failure_update(
+                info,
+                kind,
+                AttemptOutcome::Errored,
+                Some(line.status_code),
+                &error,
+                now,
+            );
+            update.output = Some(&line.output);
+            update.input_tokens = line.usage.input_tokens;
+            update.output_tokens = line.usage.output_tokens;
+            if writer.record(&line.wire_id, &update).await? {
+                recorded += 1;
+            } else {
+                unknown += 1;
+            }
+        }
+        if recorded > 0 {
+            info!(tranche = %tranche.id, answers = recorded, "answers failed the job's schema");
+        }
+        Ok((recorded, unknown))
     }
 
     /// What a failure means for one request, as policy decides it: retried later, or ended.

@@ -83,7 +83,15 @@ impl Engine {
             ) {
                 continue;
             }
-            self.plan_group(kind, group.endpoint, group.model, now, &mut enqueued, duty).await?;
+            let check = group.answer_check.as_deref();
+            self.plan_group(
+                kind,
+                (group.endpoint, group.model.clone(), check),
+                now,
+                &mut enqueued,
+                duty,
+            )
+            .await?;
         }
         Ok(())
     }
@@ -103,13 +111,12 @@ impl Engine {
         Ok(answered)
     }
 
-    /// Cuts one group's waiting requests into tranches, until they run out or a tranche has to
-    /// wait for enqueued-token room.
+    /// Cuts one group's waiting requests (endpoint, model, answer check) into tranches, until
+    /// they run out or a tranche has to wait for enqueued-token room.
     async fn plan_group(
         &self,
         kind: ProviderKind,
-        endpoint: Endpoint,
-        model: String,
+        (endpoint, model, check): (Endpoint, String, Option<&str>),
         now: i64,
         enqueued: &mut BTreeMap<String, u64>,
         duty: (&str, LeaseToken),
@@ -123,8 +130,10 @@ impl Engine {
         let mut wire_ids = HashSet::new();
         let mut after = 0;
         loop {
-            let page =
-                self.store.pending_page(kind, (endpoint, &key.model), now, after, PAGE).await?;
+            let page = self
+                .store
+                .pending_page(kind, (endpoint, &key.model, check), now, after, PAGE)
+                .await?;
             let Some(last) = page.last() else { break };
             after = last.request_id;
             for item in page {
@@ -144,7 +153,7 @@ impl Engine {
                         // The item just pushed opened the next tranche, alone so far.
                         wire_ids.clear();
                         wire_ids.insert(hash);
-                        if !self.claim(full, enqueued, duty).await? {
+                        if !self.claim(full, check, enqueued, duty).await? {
                             return Ok(());
                         }
                     }
@@ -154,7 +163,7 @@ impl Engine {
             }
         }
         for planned in planner.finish() {
-            if !self.claim(planned, enqueued, duty).await? {
+            if !self.claim(planned, check, enqueued, duty).await? {
                 break;
             }
         }
@@ -167,6 +176,7 @@ impl Engine {
     async fn claim(
         &self,
         planned: PlannedTranche<(i64, u64)>,
+        check: Option<&str>,
         enqueued: &mut BTreeMap<String, u64>,
         duty: (&str, LeaseToken),
     ) -> Result<bool, EngineError> {
@@ -188,6 +198,7 @@ impl Engine {
             provider: planned.group.provider,
             endpoint: planned.group.endpoint,
             model,
+            answer_check: check.map(str::to_owned),
             bytes: planned.bytes,
             created_at: self.now(),
         };

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use secrecy::SecretString;
-use tranche_app::{App, EngineConfig, Providers};
+use tranche_app::{App, EngineConfig, ExportOptions, Providers};
+use tranche_core::JobSettings;
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_sim::{LineFault, LineFaultKind, ProcessingConfig, SimConfig, Simulator};
 
-use crate::args::{DemoArgs, Global, InputArgs};
+use crate::args::{DemoArgs, Global};
 use crate::commands::run::drive_job;
 use crate::demo_data::sample_lines;
 use crate::exit::{CmdResult, Exit};
@@ -55,17 +56,13 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     let input = dir.join("input.jsonl");
     std::fs::write(&input, sample_lines(args.requests))
         .with_context(|| format!("cannot write `{}`", input.display()))?;
-    let input_args = InputArgs {
-        provider: tranche_core::ProviderKind::Openai,
+    let settings = JobSettings {
         task: Some("triage".to_owned()),
-        task_version: "v1".to_owned(),
-        endpoint: None,
-        model: None,
-        tenant: None,
-        max_attempts: None,
+        version: Some("v1".to_owned()),
+        ..JobSettings::default()
     };
-    let settings = input_args.job_settings();
-    let submitted = app.submit_file(&engine, &input, input_args.provider, settings).await?;
+    let provider = tranche_core::ProviderKind::Openai;
+    let submitted = app.submit_file(&engine, &input, provider, settings).await?;
     render::println(&format!(
         "job {} accepted: {} requests from {}",
         submitted.job_id,
@@ -75,7 +72,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
 
     let job = drive_job(&app, &engine, submitted).await?;
     let results = dir.join("results.jsonl");
-    app.export_to(job.id, &results).await?;
+    app.export_to(&job, ExportOptions::default(), &results).await?;
     let table = render::summary_table(&app, &job, started.elapsed()).await?;
     render::println(&table.to_string());
     let stats = sim.stats();

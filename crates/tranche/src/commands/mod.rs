@@ -3,7 +3,9 @@
 pub mod cancel;
 pub mod demo;
 pub mod prune;
+pub mod reparse;
 pub mod results;
+pub mod review;
 pub mod run;
 pub mod sim;
 pub mod status;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
-use tranche_app::{App, Engine, Job, Outcome, Submitted, Until, upstream_text};
+use tranche_app::{App, Engine, ExportOptions, Job, Outcome, Submitted, Until, upstream_text};
 
 use crate::args::{Global, RunArgs, SubmitArgs};
 use crate::context;
@@ -14,7 +14,7 @@ use crate::render::{self, JobProgress};
 pub async fn submit(app: App, global: &Global, args: SubmitArgs) -> CmdResult {
     // Accepting a job sends nothing, so it needs no provider credentials.
     let engine = context::recording_engine(&app, global).await?;
-    let settings = args.input.job_settings();
+    let settings = args.input.job_settings().map_err(|e| Exit::usage(anyhow::anyhow!(e)))?;
     let submitted = app.submit_file(&engine, &args.file, args.input.provider, settings).await?;
     if args.json {
         render::println(&serde_json::json!({ "job_id": submitted.job_id.to_string() }).to_string());
@@ -30,12 +30,12 @@ pub async fn run(app: App, global: &Global, args: RunArgs) -> CmdResult {
     let engine =
         context::engine(&app, global, &args.provider, Some(args.input.provider), &args.engine)
             .await?;
-    let settings = args.input.job_settings();
+    let settings = args.input.job_settings().map_err(|e| Exit::usage(anyhow::anyhow!(e)))?;
     let submitted = app.submit_file(&engine, &args.file, args.input.provider, settings).await?;
     tracing::info!(job = %submitted.job_id, accepted = submitted.accepted, "job accepted");
     let job = drive_job(&app, &engine, submitted).await?;
     if let Some(out) = &args.out {
-        app.export_to(job.id, out).await?;
+        app.export_to(&job, ExportOptions::default(), out).await?;
     }
     if args.json {
         let status = app.status(&job).await?;
@@ -95,7 +95,8 @@ pub async fn drive_job(app: &App, engine: &Engine, submitted: Submitted) -> Resu
     Ok(job)
 }
 
-/// 0 when every request succeeded, 1 when some failed, 3 when an upstream failure stopped it.
+/// 0 when every request succeeded, 1 when some failed, 3 when an upstream failure stopped it,
+/// 4 when its answers await review.
 pub async fn job_exit(app: &App, job: &Job) -> CmdResult {
     match app.outcome(job).await? {
         Outcome::Stopped(error) => Err(Exit {
@@ -104,6 +105,13 @@ pub async fn job_exit(app: &App, job: &Job) -> CmdResult {
                 "job {} stopped by an upstream failure: {}",
                 job.id,
                 upstream_text(&error)
+            ),
+        }),
+        Outcome::AwaitsReview => Err(Exit {
+            code: exit::AWAITS_REVIEW,
+            error: anyhow::anyhow!(
+                "job {id} awaits review: `tranche review {id}`, then `tranche approve {id}` or `tranche reject {id}`",
+                id = job.id
             ),
         }),
         Outcome::SomeFailed => Ok(ExitCode::from(exit::JOB_FAILED_REQUESTS)),
