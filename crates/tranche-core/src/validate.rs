@@ -201,5 +201,8 @@ mod tests {
         assert_eq!(a.hash(), b.hash());
         assert_ne!(a.hash(), c.hash());
         assert!(AnswerSchema::new(&json!({"type": 12})).is_err());
+        // Leniency is part of the check: a fenced answer passes one and not the other.
+        assert_eq!(a.check_id(false), a.hash());
+        assert_eq!(a.check_id(true), format!("{}+lenient", a.hash()));
     }
 }

@@ -258,3 +258,27 @@ async fn an_undecodable_result_line_is_reparsed_not_resent() {
     assert_eq!(engine.store().job_counts(job).await.unwrap().succeeded, 10);
     assert_eq!(setup.sim.ledger().len(), 10);
 }
+
+#[tokio::test]
+async fn a_reparse_under_a_stricter_schema_sends_back_only_what_retry_allows() {
+    let setup = Harness::new().await;
+    let engine = setup.engine(None).await;
+    let settings = JobSettings { max_attempts: Some(2), ..checked(OnInvalid::Retry) };
+    let job = submit_with(&engine, &structured_lines(10, &json!({})), settings).await;
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    // A field no answer has: every answer is now invalid, and each has one attempt left.
+    let stricter = json!({"type": "object", "required": ["reason"]});
+    let record = engine.store().job(job).await.unwrap().unwrap();
+    let report = engine.reparse(&record, Some(stricter)).await.unwrap();
+    assert_eq!((report.demoted, report.resent), (10, 10));
+    assert_eq!(engine.store().job(job).await.unwrap().unwrap().state, JobState::Running);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    // Sent once more each, then out of attempts: failed, naming the field.
+    assert!(setup.ledger_by_custom_id().values().all(|runs| runs.len() == 2));
+    for row in results(&engine, job).await {
+        assert_eq!(row.state, RequestState::Failed);
+        let error = error_of(&row);
+        assert_eq!(error["code"], INVALID_OUTPUT);
+        assert!(error["message"].as_str().unwrap().contains("\"reason\" is a required property"));
+    }
+}

@@ -156,38 +156,16 @@ async fn repeated_custom_ids_are_found_across_stored_rows_and_reported_in_line_o
 }
 
 /// Ticks (advancing the simulator's clock between rounds) until the job ends.
-async fn run_to_end(setup: &Setup, engine: &Engine, job: JobId) -> JobState {
-    for _ in 0..300 {
-        engine.tick().await.unwrap();
-        let state = engine.store().job(job).await.unwrap().unwrap().state;
-        if state.is_terminal() {
-            return state;
-        }
-        setup.sim.advance(1.0);
-    }
-    panic!("job {job} did not end");
-}
-
-fn ledger_by_custom_id(
-    setup: &Setup,
-) -> std::collections::BTreeMap<String, Vec<tranche_sim::LedgerOutcome>> {
-    let mut map = std::collections::BTreeMap::<String, Vec<_>>::new();
-    for entry in setup.sim.ledger() {
-        map.entry(entry.custom_id).or_default().push(entry.outcome);
-    }
-    map
-}
-
 #[tokio::test]
 async fn a_rerun_of_a_finished_jobs_input_bills_nothing() {
     let setup = Setup::new().await;
     let engine = setup.engine(None).await;
     let first = submit(&engine, &lines(40)).await;
-    assert_eq!(run_to_end(&setup, &engine, first).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, first).await, JobState::Done);
     let billed = setup.sim.stats();
 
     let second = submit(&engine, &lines(40)).await;
-    assert_eq!(run_to_end(&setup, &engine, second).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, second).await, JobState::Done);
     let counts = engine.store().job_counts(second).await.unwrap();
     assert_eq!((counts.succeeded, counts.cached), (40, 40));
     let after = setup.sim.stats();
@@ -211,12 +189,12 @@ async fn a_changed_body_is_a_new_version_and_runs() {
     let setup = Setup::new().await;
     let engine = setup.engine(None).await;
     let first = submit(&engine, &lines(10)).await;
-    run_to_end(&setup, &engine, first).await;
+    setup.run_to_end(&engine, first).await;
     let billed = setup.sim.stats().requests_billed;
 
     let changed = lines(10).replacen("k3 question", "k3 question, rephrased", 1);
     let second = submit(&engine, &changed).await;
-    run_to_end(&setup, &engine, second).await;
+    setup.run_to_end(&engine, second).await;
     let counts = engine.store().job_counts(second).await.unwrap();
     assert_eq!((counts.succeeded, counts.cached), (10, 9));
     assert_eq!(setup.sim.stats().requests_billed, billed + 1, "only the changed request ran");
@@ -240,10 +218,10 @@ async fn only_failed_lines_are_billed_again() {
     });
     let engine = setup.engine(None).await;
     let job = submit(&engine, &lines(400)).await;
-    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
     let counts = engine.store().job_counts(job).await.unwrap();
     assert_eq!(counts.succeeded, 400, "retryable failures were retried to success");
-    let ledger = ledger_by_custom_id(&setup);
+    let ledger = setup.ledger_by_custom_id();
     assert_eq!(ledger.len(), 400);
     let mut retried = 0;
     for (custom_id, outcomes) in &ledger {
@@ -275,12 +253,12 @@ async fn fatal_lines_fail_at_once_and_are_not_resent() {
     });
     let engine = setup.engine(None).await;
     let job = submit(&engine, &lines(200)).await;
-    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
     let counts = engine.store().job_counts(job).await.unwrap();
     assert!(counts.failed > 5, "{counts:?}");
     assert_eq!(counts.succeeded + counts.failed, 200);
     assert_eq!(counts.retried, 0);
-    assert!(ledger_by_custom_id(&setup).values().all(|o| o.len() == 1), "nothing was sent twice");
+    assert!(setup.ledger_by_custom_id().values().all(|o| o.len() == 1), "nothing was sent twice");
 }
 
 #[tokio::test]
@@ -291,7 +269,7 @@ async fn whole_batch_failures_return_requests_a_bounded_number_of_times() {
     setup.sim.set_config(config);
     let engine = setup.engine(None).await;
     let job = submit(&engine, &lines(6)).await;
-    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
     let counts = engine.store().job_counts(job).await.unwrap();
     assert_eq!(counts.failed, 6);
     // Two models, each batch created once and returned three times without spending an attempt.
@@ -331,7 +309,7 @@ async fn small_pools_wait_for_the_threshold_and_pool_across_jobs() {
         1,
         "one tranche for both jobs"
     );
-    run_to_end(&setup, &engine, b).await;
+    setup.run_to_end(&engine, b).await;
     assert_eq!(setup.sim.stats().batches_created, 1);
 }
 
@@ -435,11 +413,11 @@ async fn cancel_stops_an_own_batch_at_the_provider_and_detaches_from_shared_ones
     engine.cancel_job(alone).await.unwrap();
     engine.cancel_job(shared_a).await.unwrap();
     assert_eq!(engine.store().job_counts(shared_a).await.unwrap().cancelled, 5, "detached at once");
-    assert_eq!(run_to_end(&setup, &engine, alone).await, JobState::Cancelled);
+    assert_eq!(setup.run_to_end(&engine, alone).await, JobState::Cancelled);
     assert_eq!(engine.store().job_counts(alone).await.unwrap().cancelled, 1);
-    assert_eq!(run_to_end(&setup, &engine, shared_b).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, shared_b).await, JobState::Done);
     assert_eq!(engine.store().job_counts(shared_b).await.unwrap().succeeded, 5);
-    assert_eq!(run_to_end(&setup, &engine, shared_a).await, JobState::Cancelled);
+    assert_eq!(setup.run_to_end(&engine, shared_a).await, JobState::Cancelled);
     assert_eq!(setup.sim.stats().requests_billed, 10, "the cancelled batch ran nothing");
 }
 
@@ -488,7 +466,7 @@ async fn engines_sharing_a_store_never_repeat_a_side_effect() {
     assert_eq!(stats.batches_created, 16, "a batch was created twice");
     assert_eq!(stats.requests_billed, 240);
     assert_eq!(stats.files_live, 0);
-    let billed = ledger_by_custom_id(&setup);
+    let billed = setup.ledger_by_custom_id();
     assert_eq!(billed.len(), 240);
     assert!(billed.values().all(|outcomes| outcomes.len() == 1), "a request was billed twice");
 }
@@ -511,7 +489,7 @@ async fn an_engine_steps_only_tranches_of_its_own_account() {
     }
     assert_eq!(ours.store().job_tranche_counts(job).await.unwrap(), before, "not its tranches");
     assert_eq!(elsewhere.stats().files_uploaded + elsewhere.stats().batches_created, 0);
-    assert_eq!(run_to_end(&setup, &ours, job).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&ours, job).await, JobState::Done);
     assert_eq!(setup.sim.stats().requests_billed, 4);
 }
 
@@ -563,7 +541,7 @@ async fn a_request_retried_after_its_job_was_cancelled_is_not_sent_again() {
     assert!(writer.commit(tranche_core::TrancheState::Cleaning, 1).await.unwrap());
     store.release_tranche_lease(tranche.id, token).await.unwrap();
     assert_eq!(store.job_counts(job).await.unwrap().pending, 1, "back in the pool");
-    let state = run_to_end(&setup, &engine, job).await;
+    let state = setup.run_to_end(&engine, job).await;
     assert_eq!(state, JobState::Cancelled);
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.cancelled, counts.open()), (2, 0));
@@ -595,7 +573,7 @@ async fn cancelling_while_a_create_is_unanswered_cancels_the_batch_it_made() {
     assert_eq!(tranche.state, tranche_core::TrancheState::Creating);
     setup.sim.set_config(SimConfig { speed: 0.0, ..SimConfig::default() });
     engine.cancel_job(job).await.unwrap();
-    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Cancelled);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Cancelled);
     // A day later the batch, had it been left, would have run and billed.
     setup.sim.advance(86_400.0);
     let batches = setup.sim.ledger();
@@ -638,7 +616,7 @@ async fn raw_results_missing_at_ingest_are_collected_again() {
     let job = submit(&engine, &lines(3)).await;
     let store = setup.store().await;
     let (_, blobs, key, collected) = take_raw_results(&setup, &engine, job).await;
-    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.succeeded, counts.retried), (3, 0), "nothing was sent again");
     assert_eq!(setup.sim.stats().requests_billed, 3);
@@ -660,7 +638,7 @@ async fn objects_are_recorded_whole_and_a_raw_file_cut_short_is_collected_again(
     assert_eq!(recorded.size, collected.len() as u64);
     assert_eq!(recorded.sha256, hex::encode(Sha256::digest(&collected)));
     blobs.put(&key, collected[..collected.len() / 2].to_vec().into()).await.unwrap();
-    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
     assert_eq!(blobs.get(&key).await.unwrap(), collected, "collected again, byte for byte");
     assert_eq!(store.job_counts(job).await.unwrap().succeeded, 3);
     let body = store.blob(&format!("bodies/{job}.jsonl")).await.unwrap().unwrap();
@@ -682,7 +660,7 @@ async fn raw_results_of_an_older_data_folder_move_into_the_blob_store() {
     let legacy = setup.dir.path().join("raw").join(tranche.to_string());
     std::fs::create_dir_all(&legacy).unwrap();
     std::fs::write(legacy.join("output.jsonl"), &collected).unwrap();
-    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
     assert_eq!(blobs.get(&key).await.unwrap(), collected);
     assert!(!legacy.join("output.jsonl").exists(), "moved, not copied");
     assert_eq!(store.job_counts(job).await.unwrap().succeeded, 1);
@@ -736,8 +714,8 @@ async fn bodies_rest_in_the_blob_store_and_older_jobs_still_run() {
         .await
         .unwrap();
     writer.commit().await.unwrap();
-    assert_eq!(run_to_end(&setup, &engine, job).await, JobState::Done);
-    assert_eq!(run_to_end(&setup, &engine, old).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    assert_eq!(setup.run_to_end(&engine, old).await, JobState::Done);
     let rows: Vec<_> = store.job_results(old).try_collect().await.unwrap();
     assert!(output(&setup, &rows[0]).await.contains("old question"), "{rows:?}");
     let rows: Vec<_> = store.job_results(job).try_collect().await.unwrap();

@@ -173,6 +173,22 @@ fn text(row: &ResultRow) -> Option<&str> {
     }
 }
 
+/// A request's attempt that ended it failed (a 400) at `at`.
+fn fatal(at: i64) -> ResultUpdate<'static> {
+    ResultUpdate {
+        state: RequestState::Failed,
+        outcome: AttemptOutcome::Errored,
+        status_code: Some(400),
+        output: None,
+        error: Some("{}"),
+        input_tokens: None,
+        output_tokens: None,
+        spends_attempt: true,
+        not_before: 0,
+        at,
+    }
+}
+
 fn success(wire_id: &str, output: &str) -> Success {
     Success {
         wire_id: wire_id.into(),
@@ -693,19 +709,7 @@ pub async fn twins_wait_and_answers_are_reused_only_when_checked_and_approved(st
     let held = lease(store, tranche).await;
     let mut writer = store.begin_ingest(tranche, held).await.unwrap();
     writer.record_successes(&mut vec![success("k0:t:v1", "{}")], 2).await.unwrap();
-    let failed = ResultUpdate {
-        state: RequestState::Failed,
-        outcome: AttemptOutcome::Errored,
-        status_code: Some(400),
-        output: None,
-        error: Some("{}"),
-        input_tokens: None,
-        output_tokens: None,
-        spends_attempt: true,
-        not_before: 0,
-        at: 2,
-    };
-    assert!(writer.record("k1:t:v1", &failed).await.unwrap());
+    assert!(writer.record("k1:t:v1", &fatal(2)).await.unwrap());
     assert!(writer.commit(TrancheState::Cleaning, 2).await.unwrap());
     // Neither twin waits any more: k0's is answered before planning, k1's goes out.
     assert_eq!(pending_ids(store, "m").await.len(), 2);
@@ -1073,19 +1077,7 @@ pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
     let mut lines =
         vec![success("a:t:v1", r#"{"answer":"a"}"#), success("b:t:v1", r#"{"answer":"b"}"#)];
     writer.record_successes(&mut lines, 5).await.unwrap();
-    let failed = ResultUpdate {
-        state: RequestState::Failed,
-        outcome: AttemptOutcome::Errored,
-        status_code: Some(400),
-        output: None,
-        error: Some("{}"),
-        input_tokens: None,
-        output_tokens: None,
-        spends_attempt: true,
-        not_before: 0,
-        at: 5,
-    };
-    assert!(writer.record("c:t:v1", &failed).await.unwrap());
+    assert!(writer.record("c:t:v1", &fatal(5)).await.unwrap());
     assert!(writer.commit(TrancheState::Cleaning, 5).await.unwrap());
     // Same id and hash: answered. Changed body: a new version. Failed before: runs. New: runs.
     let second = add_hashed_job(store, &[("a", "h1"), ("b", "h2"), ("c", "h1"), ("d", "h1")]).await;
