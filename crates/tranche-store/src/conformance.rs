@@ -507,19 +507,7 @@ pub async fn a_lapsed_lease_passes_to_another_engine_and_its_holder_can_no_longe
     assert!(!store.update_tranche(f.tranche, held_a, uploading.clone()).await.unwrap());
     assert!(!store.defer_tranche(f.tranche, ta, &serde_json::json!({}), 99, 11).await.unwrap());
     let mut writer = store.begin_ingest(f.tranche, held_a).await.unwrap();
-    let failed = ResultUpdate {
-        state: RequestState::Failed,
-        outcome: AttemptOutcome::Errored,
-        status_code: Some(400),
-        output: None,
-        error: Some("{}"),
-        input_tokens: None,
-        output_tokens: None,
-        spends_attempt: true,
-        not_before: 0,
-        at: 11,
-    };
-    assert!(writer.record("k0:t:v1", &failed).await.unwrap());
+    assert!(writer.record("k0:t:v1", &fatal(11)).await.unwrap());
     assert!(!writer.commit(TrancheState::Failed, 11).await.unwrap(), "the commit is refused");
     assert_eq!(store.job_counts(f.job).await.unwrap().queued, 3, "and nothing was recorded");
     // The new holder moves on.
