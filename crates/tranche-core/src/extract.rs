@@ -104,6 +104,17 @@ pub struct ExtractError {
 
 /// The answer in `body`, a response of `endpoint`.
 pub fn extract(endpoint: Endpoint, body: &str) -> Result<Extracted, ExtractError> {
+    if endpoint == Endpoint::ChatCompletions
+        && let Some(extracted) = plain_chat(body)
+    {
+        return Ok(extracted);
+    }
+    extract_tree(endpoint, body)
+}
+
+/// [`extract`] from a tree of the whole body: every shape, with errors that name what is
+/// missing.
+fn extract_tree(endpoint: Endpoint, body: &str) -> Result<Extracted, ExtractError> {
     let fail = |problem: String| ExtractError { endpoint: endpoint.as_str(), problem };
     let body: Value = serde_json::from_str(body).map_err(|e| fail(format!("is not JSON: {e}")))?;
     match endpoint {
@@ -122,6 +133,53 @@ pub fn extract(endpoint: Endpoint, body: &str) -> Result<Extracted, ExtractError
         }
         Endpoint::AnthropicMessages => anthropic(&body).map_err(fail),
     }
+}
+
+/// A chat completion whose answer is plain text or a refusal (nearly all of them), read without
+/// building a tree of the whole body: the fields needed are borrowed, the rest skipped. `None`
+/// for anything else (tool calls, content parts, a body of another shape), which the general
+/// reading handles and explains.
+fn plain_chat(body: &str) -> Option<Extracted> {
+    use std::borrow::Cow;
+
+    use serde::de::IgnoredAny;
+
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        choices: Vec<Choice<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Choice<'a> {
+        #[serde(borrow)]
+        message: Message<'a>,
+        #[serde(borrow, default)]
+        finish_reason: Option<Cow<'a, str>>,
+    }
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow, default)]
+        content: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        refusal: Option<Cow<'a, str>>,
+        #[serde(default)]
+        tool_calls: Option<IgnoredAny>,
+        #[serde(default)]
+        function_call: Option<IgnoredAny>,
+    }
+    let body: Body<'_> = serde_json::from_str(body).ok()?;
+    let choice = body.choices.into_iter().next()?;
+    let message = choice.message;
+    if message.tool_calls.is_some() || message.function_call.is_some() {
+        return None;
+    }
+    let reason = choice.finish_reason.map(Cow::into_owned);
+    let (answer, finish) = match (message.refusal, message.content) {
+        (Some(refusal), _) => (Answer::Refusal(refusal.into_owned()), Finish::Refused),
+        (None, Some(text)) => (Answer::Text(text.into_owned()), openai_finish(reason.as_deref())),
+        (None, None) => (Answer::Empty, openai_finish(reason.as_deref())),
+    };
+    Some(Extracted { answer, finish, finish_reason: reason })
 }
 
 fn plain(answer: Answer) -> Extracted {
@@ -287,6 +345,32 @@ fn anthropic(body: &Value) -> Result<Extracted, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_chat_answers_are_read_as_the_whole_tree_reads_them() {
+        use serde_json::json;
+
+        let bodies = [
+            json!({"choices": [{"message": {"role": "assistant", "content": "hi \"there\""},
+                                "finish_reason": "stop"}], "usage": {"prompt_tokens": 3}}),
+            json!({"choices": [{"message": {"content": "cut"}, "finish_reason": "length"}]}),
+            json!({"choices": [{"message": {"content": null, "refusal": "no"}, "finish_reason": "stop"}]}),
+            json!({"choices": [{"message": {"content": null}}]}),
+        ];
+        for body in bodies {
+            let text = body.to_string();
+            let tree = extract_tree(Endpoint::ChatCompletions, &text).unwrap();
+            assert_eq!(plain_chat(&text), Some(tree), "{text}");
+        }
+        // Tool calls, content parts and other shapes are left to the tree.
+        for body in [
+            json!({"choices": [{"message": {"content": null, "tool_calls": []}}]}),
+            json!({"choices": [{"message": {"content": [{"type": "text", "text": "a"}]}}]}),
+            json!({"choices": []}),
+        ] {
+            assert_eq!(plain_chat(&body.to_string()), None, "{body}");
+        }
+    }
 
     fn text(answer: &str) -> Answer {
         Answer::Text(answer.to_owned())
