@@ -290,9 +290,14 @@ impl Engine {
     ) -> Result<(), Abandoned> {
         let now = self.now();
         let error = upstream_json(e);
-        if e.retryable() {
+        let credentials = policy::waits_for_credentials(e.status, tranche.state);
+        if e.retryable() || credentials {
             let wait = policy::upstream_wait(e.retry_after, self.config.retry_backoff);
-            warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "retryable upstream failure");
+            if credentials {
+                warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "the provider refused tranche's credentials; the batch runs on and the tranche waits for them to work");
+            } else {
+                warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "retryable upstream failure");
+            }
             // The state stays whatever intent the step recorded: an upload or create whose
             // answer was lost is looked for before it is repeated.
             let deferred = self
@@ -314,6 +319,8 @@ impl Engine {
                 self.transition(lease, update).await?;
             }
             _ => {
+                // Its files are of no use now: none is left behind at the provider.
+                self.delete_files_quietly(tranche).await;
                 // A token-limit refusal at create is a whole-batch failure: the requests wait
                 // for room. Anything else stops the tranche and fails its requests.
                 let kind = policy::stopped_by(e.code.as_deref());

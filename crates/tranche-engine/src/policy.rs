@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tranche_core::{AttemptOutcome, JobState, ProviderKind, RequestState};
+use tranche_core::{AttemptOutcome, JobState, ProviderKind, RequestState, TrancheState};
 use tranche_providers::BatchStatus;
 
 /// How a request's failure counts against its retry budget.
@@ -112,6 +112,20 @@ pub(crate) fn classify_line(
 /// makes them wait for room; anything else fails them.
 pub(crate) fn stopped_by(code: Option<&str>) -> Failure {
     if code == Some("token_limit_exceeded") { Failure::WholeBatch } else { Failure::Fatal }
+}
+
+/// Whether an upstream failure is about tranche's credentials rather than the batch (a key
+/// rotated, a token expired: 401, 403) at a step where the batch exists already and runs on
+/// regardless: the tranche waits for credentials that work instead of failing its requests.
+pub(crate) fn waits_for_credentials(status: Option<u16>, state: TrancheState) -> bool {
+    matches!(status, Some(401 | 403))
+        && matches!(
+            state,
+            TrancheState::Submitted
+                | TrancheState::Collecting
+                | TrancheState::Ingesting
+                | TrancheState::Cleaning
+        )
 }
 
 /// How long to wait after a retryable upstream failure: the provider's `Retry-After`, never
@@ -378,6 +392,10 @@ mod tests {
     #[test]
     fn a_settled_job_ends_cancelled_failed_or_done() {
         assert_eq!(job_outcome(true, true, true), JobState::Cancelled);
+        assert!(waits_for_credentials(Some(401), TrancheState::Submitted));
+        assert!(waits_for_credentials(Some(403), TrancheState::Cleaning));
+        assert!(!waits_for_credentials(Some(401), TrancheState::Creating), "no batch yet");
+        assert!(!waits_for_credentials(Some(404), TrancheState::Submitted));
         assert_eq!(job_outcome(false, true, true), JobState::Failed);
         assert_eq!(job_outcome(false, false, true), JobState::NeedsReview);
         assert_eq!(job_outcome(false, false, false), JobState::Done);

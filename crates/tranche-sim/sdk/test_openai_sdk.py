@@ -23,6 +23,16 @@ check(f.expires_at == f.created_at + 3600, f"expiry: {f}")
 check(client.files.retrieve(f.id).id == f.id, "retrieve file")
 check(client.files.content(f.id).read() == data, "input content")
 
+# Raw bytes, as some clients upload them: the SDK names the file `upload`, which the API takes;
+# a name with another extension is refused.
+raw = client.files.create(file=data, purpose="batch")
+check(raw.filename == "upload" and raw.bytes == len(data), f"raw upload: {raw}")
+refused = expect_error(
+    openai.BadRequestError, client.files.create, file=("input.csv", data), purpose="batch"
+)
+check("Must be .jsonl" in str(refused), f"refusal: {refused}")
+client.files.delete(raw.id)
+
 # More uploads, then list across pages (limit 2, newest first, after= cursors).
 more = [client.files.create(file=(f"more{i}.jsonl", b"{}\n"), purpose="batch").id for i in range(3)]
 listed = [x.id for x in client.files.list(purpose="batch", limit=2)]

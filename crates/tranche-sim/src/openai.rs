@@ -584,7 +584,10 @@ async fn upload_file_inner(
             ),
         ));
     }
-    if purpose == "batch" && !filename.ends_with(".jsonl") {
+    // The real API refuses a batch file named with another extension; one named without any
+    // (the SDKs call raw bytes `upload`) is taken.
+    let extension = std::path::Path::new(&filename).extension();
+    if purpose == "batch" && extension.is_some_and(|e| e != "jsonl") {
         return Err(ApiError::invalid("Invalid file format for Batch API. Must be .jsonl"));
     }
     let expiry = parse_expiry(anchor.as_deref(), seconds.as_deref(), "expires_after", bounds)?;

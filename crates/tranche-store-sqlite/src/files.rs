@@ -54,4 +54,14 @@ impl FileStore for SqliteStore {
         .await?;
         rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
     }
+
+    async fn tranche_uploads(&self, tranche: TrancheId) -> StoreResult<u64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM provider_files WHERE tranche_id = ? AND purpose = 'batch_input'",
+        )
+        .bind(tranche.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(crate::to_u64(row.try_get(0)?))
+    }
 }

@@ -396,6 +396,7 @@ pub async fn provider_files_are_tracked_until_deleted(store: &dyn Store) {
     assert_eq!(store.live_files(tranche.id).await.unwrap(), ["file-in", "file-out"]);
     store.mark_file_deleted(ProviderKind::Openai, "file-in", 5).await.unwrap();
     assert_eq!(store.live_files(tranche.id).await.unwrap(), ["file-out"]);
+    assert_eq!(store.tranche_uploads(tranche.id).await.unwrap(), 1, "deleted uploads count");
     assert_eq!(
         store.job_file_counts(job).await.unwrap(),
         FileCounts { uploaded: 1, created_by_provider: 1, deleted: 1, live: 1 }

@@ -238,6 +238,9 @@ pub trait FileStore: Send + Sync {
 
     /// Ids of a tranche's files not yet deleted, oldest first.
     async fn live_files(&self, tranche: TrancheId) -> StoreResult<Vec<String>>;
+
+    /// How many input files were uploaded for a tranche (deleted ones included).
+    async fn tranche_uploads(&self, tranche: TrancheId) -> StoreResult<u64>;
 }
 
 /// Recording a tranche's results.

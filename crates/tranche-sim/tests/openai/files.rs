@@ -104,6 +104,21 @@ async fn bad_upload_fields_are_400_in_openai_shape() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(assert_error_shape(&body)["message"].as_str().unwrap().contains("unexpected"));
     assert_eq!(t.sim.stats().files_uploaded, 0);
+    // Raw bytes without a name's extension (the SDKs call them `upload`) are taken, as the real
+    // API takes them.
+    let res =
+        t.client
+            .post(format!("{}/files", t.base))
+            .bearer_auth(KEY)
+            .multipart(reqwest::multipart::Form::new().text("purpose", "batch").part(
+                "file",
+                reqwest::multipart::Part::bytes(b"{}\n".to_vec()).file_name("upload"),
+            ))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.json::<Value>().await.unwrap()["filename"], "upload");
 }
 
 #[tokio::test]
