@@ -170,10 +170,11 @@ impl App {
             tranches,
             tokens: store.job_tokens(job.id).await?,
             files: store.job_file_counts(job.id).await?,
-            error: job.last_error.clone(),
+            error: job.last_error.clone().or_else(|| job.paused.clone()),
             waiting,
             leases,
             review: job.review.clone(),
+            paused: job.paused.is_some() && !job.state.is_terminal(),
         })
     }
 
@@ -204,6 +205,9 @@ impl App {
         }
         if job.state == JobState::NeedsReview {
             return Ok(Outcome::AwaitsReview);
+        }
+        if let (Some(error), false) = (&job.paused, job.state.is_terminal()) {
+            return Ok(Outcome::Paused(error.clone()));
         }
         let counts = self.store.job_counts(job.id).await?;
         Ok(if counts.failed > 0 || counts.cancelled > 0 {

@@ -77,6 +77,8 @@ pub struct JobStatus {
     pub leases: Vec<Leased>,
     /// Who approved or rejected its answers and when, once someone did.
     pub review: Option<tranche_store::Review>,
+    /// Whether it waits for room at the provider (`error` says why).
+    pub paused: bool,
 }
 
 /// A job in a list of jobs.
@@ -114,6 +116,9 @@ pub enum Outcome {
     Stopped(serde_json::Value),
     /// Its answers wait for a person's approval.
     AwaitsReview,
+    /// The provider's file storage is full with nothing of tranche's to free it: the job waits
+    /// for room (a worker resumes it); the upstream error.
+    Paused(serde_json::Value),
 }
 
 /// `openai returned 400 code: message (request id …)` from a stored upstream error.

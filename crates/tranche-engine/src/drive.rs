@@ -165,7 +165,13 @@ impl Engine {
 
     async fn until_holds(&self, until: Until) -> Result<bool, EngineError> {
         Ok(match until {
-            Until::JobEnds(job) => self.store.job(job).await?.is_none_or(|j| j.state.is_terminal()),
+            // A paused job waits for room at the provider: a driver waiting for it stops.
+            Until::JobEnds(job) => self
+                .store
+                .job(job)
+                .await?
+                .is_none_or(|j| j.state.is_terminal() || j.paused.is_some()),
+            // A paused job still has work: a worker keeps trying it.
             Until::Idle => self.store.open_jobs().await?.is_empty(),
             Until::Cancelled => false,
         })

@@ -290,7 +290,14 @@ impl Engine {
     ) -> Result<(), Abandoned> {
         let now = self.now();
         let error = upstream_json(e);
-        let credentials = policy::waits_for_credentials(e.status, tranche.state);
+        // The state the step had reached (it may have recorded an intent since it began).
+        let reached = lease.held().state;
+        let credentials = policy::waits_for_credentials(e.status, reached);
+        let storage_full =
+            policy::is_storage_limit(e.code.as_deref()) && reached == TrancheState::Uploading;
+        if storage_full {
+            return self.wait_for_storage(tranche, lease, e, &error).await;
+        }
         if e.retryable() || credentials {
             let wait = policy::upstream_wait(e.retry_after, self.config.retry_backoff);
             if credentials {
@@ -354,6 +361,38 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// An upload refused because the account's file storage is full: tranche's own leftovers
+    /// there are deleted, and the tranche waits (its intent to upload kept) for the files its
+    /// other batches hold to be freed, instead of failing its requests. When nothing of
+    /// tranche's will free any, its jobs pause.
+    async fn wait_for_storage(
+        &self,
+        tranche: &TrancheRecord,
+        lease: &Lease,
+        e: &UpstreamError,
+        error: &serde_json::Value,
+    ) -> Result<(), Abandoned> {
+        let now = self.now();
+        let account = tranche.account.as_ref();
+        let freed = self.delete_leftover_files(tranche.provider, account).await;
+        let holding =
+            self.store.tranches_holding_files(tranche.provider, account, tranche.id).await?;
+        let wait = policy::upstream_wait(e.retry_after, self.config.retry_backoff);
+        if freed == 0 && holding == 0 {
+            // Waiting for tranche's own files cannot help: the jobs pause (not fail) until an
+            // upload succeeds; `run` stops and says why, a worker keeps trying.
+            warn!(tranche = %tranche.id, error = %e, retry_in = ?wait, "the provider's file storage is full and nothing of tranche's will free it; its jobs pause");
+            self.store.set_jobs_paused(tranche.id, Some(error), now).await?;
+        } else {
+            warn!(tranche = %tranche.id, error = %e, freed, holding, retry_in = ?wait, "the provider's file storage is full; the tranche waits for its own files to be freed");
+        }
+        let deferred = self
+            .store
+            .defer_tranche(tranche.id, lease.token(), error, now + whole_secs(wait), now)
+            .await?;
+        if deferred { Ok(()) } else { Err(Abandoned::Lost) }
     }
 
     /// Commits an ingest writer begun under `lease`, moving the tranche to `next`.

@@ -128,6 +128,12 @@ pub(crate) fn waits_for_credentials(status: Option<u16>, state: TrancheState) ->
         )
 }
 
+/// Whether an upload was refused because the account's file storage is full (Azure's
+/// `quotaExceeded`: 500 input files without expiry, 10,000 with, per resource).
+pub(crate) fn is_storage_limit(code: Option<&str>) -> bool {
+    matches!(code, Some("quotaExceeded"))
+}
+
 /// How long to wait after a retryable upstream failure: the provider's `Retry-After`, never
 /// less than the configured backoff.
 pub(crate) fn upstream_wait(retry_after: Option<Duration>, backoff: Duration) -> Duration {
@@ -396,6 +402,8 @@ mod tests {
         assert!(waits_for_credentials(Some(403), TrancheState::Cleaning));
         assert!(!waits_for_credentials(Some(401), TrancheState::Creating), "no batch yet");
         assert!(!waits_for_credentials(Some(404), TrancheState::Submitted));
+        assert!(is_storage_limit(Some("quotaExceeded")));
+        assert!(!is_storage_limit(Some("invalid_request_error")));
         assert_eq!(job_outcome(false, true, true), JobState::Failed);
         assert_eq!(job_outcome(false, false, true), JobState::NeedsReview);
         assert_eq!(job_outcome(false, false, false), JobState::Done);

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use secrecy::SecretString;
 use serde_json::json;
 use tranche_core::{JobState, TrancheState};
-use tranche_providers::{AnthropicConfig, AnthropicProvider, FileId, Provider, http_client};
+use tranche_providers::{
+    AnthropicConfig, AnthropicProvider, AzureConfig, AzureProvider, FileId, Provider, http_client,
+};
 use tranche_sim::{HttpFault, SimConfig};
 use tranche_test_support::harness::{Harness, keyed_lines, submit};
 use tranche_test_support::inputs::anthropic_lines;
@@ -108,4 +110,44 @@ async fn anthropic_batches_are_deleted_once_their_results_are_stored() {
     assert_eq!(setup.sim.stats().batches_created, 1);
     let page = adapter.list_batches(None, 100).await.unwrap();
     assert!(page.data.is_empty(), "the batch was deleted: {:?}", page.data);
+}
+
+#[tokio::test]
+async fn a_job_larger_than_the_file_quota_completes_by_waiting_for_its_own_files() {
+    let setup = Harness::new().await;
+    let mut config = SimConfig { speed: 0.0, ..SimConfig::default() };
+    config.azure.max_input_files_with_expiry = 3;
+    setup.sim.set_config(config);
+    let azure = AzureConfig::new(setup.sim.azure_endpoint(), SecretString::from("azure-key"));
+    let adapter = Arc::new(AzureProvider::new(azure, http_client().unwrap()).unwrap());
+    let engine = setup
+        .engine_over(Arc::clone(&adapter) as Arc<dyn Provider>, |c| {
+            c.max_batch_requests = Some(2);
+        })
+        .await;
+    let settings = tranche_core::JobSettings { task: Some("t".into()), ..Default::default() };
+    let lines = keyed_lines(20).replace("gpt-4.1-mini", "gpt-4o-mini");
+    let job = engine
+        .submit(lines.as_bytes(), tranche_core::ProviderKind::Azure, settings, None)
+        .await
+        .unwrap()
+        .job_id;
+    // Ten tranches, three files allowed: the first round uploads three and the rest wait,
+    // saying why.
+    engine.tick().await.unwrap();
+    let waiting: Vec<_> = engine
+        .store()
+        .job_unfinished_tranches(job)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.last_error.as_ref().is_some_and(|e| e["code"] == "quotaExceeded"))
+        .collect();
+    let all = engine.store().job_unfinished_tranches(job).await.unwrap();
+    let seen: Vec<_> = all.iter().map(|t| (t.state, t.last_error.clone())).collect();
+    assert_eq!(waiting.len(), 7, "the others wait for room: {seen:?}");
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    assert_eq!(engine.store().job_counts(job).await.unwrap().succeeded, 20);
+    let stats = setup.sim.stats();
+    assert_eq!((stats.batches_created, stats.requests_billed, stats.files_live), (10, 20, 0));
 }

@@ -46,7 +46,7 @@ impl JobStore for SqliteStore {
         let row = sqlx::query(
             "SELECT id, provider, state, source, settings, accepted, last_error,
                     cancel_requested, created_at, updated_at, finished_at, review_verdict,
-                    reviewed_by, reviewed_at
+                    reviewed_by, reviewed_at, paused_error
              FROM jobs WHERE id = ?",
         )
         .bind(id.to_string())
@@ -59,7 +59,7 @@ impl JobStore for SqliteStore {
         let rows = sqlx::query(
             "SELECT id, provider, state, source, settings, accepted, last_error,
                     cancel_requested, created_at, updated_at, finished_at, review_verdict,
-                    reviewed_by, reviewed_at
+                    reviewed_by, reviewed_at, paused_error
              FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?",
         )
         .bind(i64::from(limit))
@@ -72,7 +72,7 @@ impl JobStore for SqliteStore {
         let rows = sqlx::query(
             "SELECT id, provider, state, source, settings, accepted, last_error,
                     cancel_requested, created_at, updated_at, finished_at, review_verdict,
-                    reviewed_by, reviewed_at
+                    reviewed_by, reviewed_at, paused_error
              FROM jobs WHERE state IN ('pending', 'running') ORDER BY id",
         )
         .fetch_all(&self.pool)
@@ -101,6 +101,26 @@ impl JobStore for SqliteStore {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn set_jobs_paused(
+        &self,
+        tranche: TrancheId,
+        error: Option<&serde_json::Value>,
+        at: i64,
+    ) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE jobs SET paused_error = ?, updated_at = ?
+             WHERE state IN ('pending', 'running') AND paused_error IS NOT ?
+               AND id IN (SELECT job_id FROM job_tranches WHERE tranche_id = ?)",
+        )
+        .bind(error.map(serde_json::Value::to_string))
+        .bind(at)
+        .bind(error.map(serde_json::Value::to_string))
+        .bind(tranche.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
     }
 
     async fn move_jobs_of_tranche(

@@ -73,6 +73,7 @@ fn migrator() -> Migrator {
         migration(10, "blob objects", include_str!("../migrations/sqlite/0010_blob_objects.sql")),
         migration(11, "review", include_str!("../migrations/sqlite/0011_review.sql")),
         migration(12, "answer checks", include_str!("../migrations/sqlite/0012_answer_checks.sql")),
+        migration(13, "paused jobs", include_str!("../migrations/sqlite/0013_paused_jobs.sql")),
     ])
 }
 

@@ -40,6 +40,7 @@ pub(crate) fn job_from_row(row: &SqliteRow) -> StoreResult<JobRecord> {
         updated_at: row.try_get("updated_at")?,
         finished_at: row.try_get("finished_at")?,
         review: review_from_row(row)?,
+        paused: json_opt(row.try_get("paused_error")?)?,
     })
 }
 

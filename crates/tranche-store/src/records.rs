@@ -107,6 +107,9 @@ pub struct JobRecord {
     pub finished_at: Option<i64>,
     /// The review of its answers, once a person decided.
     pub review: Option<Review>,
+    /// The upstream error that paused it (its account's file storage is full with nothing of
+    /// tranche's to free it); it resumes once an upload succeeds.
+    pub paused: Option<serde_json::Value>,
 }
 
 /// How many of a job's requests are in each state.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use tranche_core::{
-    Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind, TrancheId,
-    TrancheState,
+    AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
+    TrancheId, TrancheState,
 };
 
 use crate::error::StoreResult;
@@ -40,6 +40,15 @@ pub trait JobStore: Send + Sync {
         last_error: Option<&serde_json::Value>,
         at: i64,
     ) -> StoreResult<bool>;
+
+    /// Pauses (`Some(error)`) or resumes (`None`) every open job with requests in `tranche`.
+    /// Returns how many changed.
+    async fn set_jobs_paused(
+        &self,
+        tranche: TrancheId,
+        error: Option<&serde_json::Value>,
+        at: i64,
+    ) -> StoreResult<u64>;
 
     /// Moves every job with requests in `tranche` from `from` to `to`. Returns how many moved.
     async fn move_jobs_of_tranche(
@@ -241,6 +250,23 @@ pub trait FileStore: Send + Sync {
 
     /// How many input files were uploaded for a tranche (deleted ones included).
     async fn tranche_uploads(&self, tranche: TrancheId) -> StoreResult<u64>;
+
+    /// Files of an account's ended (`done`, `failed`) tranches the provider still holds.
+    /// `account` `None` matches tranches recorded without one.
+    async fn leftover_files(
+        &self,
+        provider: ProviderKind,
+        account: Option<&AccountId>,
+    ) -> StoreResult<Vec<String>>;
+
+    /// How many of an account's tranches other than `except` hold live files at the provider
+    /// and have not ended: files that will be freed when they are cleaned up.
+    async fn tranches_holding_files(
+        &self,
+        provider: ProviderKind,
+        account: Option<&AccountId>,
+        except: TrancheId,
+    ) -> StoreResult<u64>;
 }
 
 /// Recording a tranche's results.

@@ -14,6 +14,15 @@ pub fn get(url: &str) -> String {
     runtime().block_on(async { reqwest::get(url).await.unwrap().text().await.unwrap() })
 }
 
+/// `POST /sim/config` of the simulator at `root`: its configuration from now on.
+pub fn set_config(root: &str, config: &Value) {
+    runtime().block_on(async {
+        let url = format!("{root}/sim/config");
+        let response = reqwest::Client::new().post(&url).json(config).send().await.unwrap();
+        assert!(response.status().is_success(), "POST {url}: {}", response.status());
+    });
+}
+
 /// A GET with `key`, repeated through the faults the simulator may inject.
 pub fn get_authed(url: &str, key: &str) -> Value {
     runtime().block_on(async {

@@ -456,7 +456,28 @@ fn quota_exceeded_is_shown_verbatim_and_exits_3() {
     assert_eq!(error["provider"], "azure");
     assert_eq!(error["status"], 400);
     assert_eq!(error["code"], "quotaExceeded");
-    assert_eq!(status[0]["state"], "failed");
+    // Nothing of tranche's holds files there: the job is paused, not failed...
+    assert_eq!(
+        (status[0]["state"].as_str(), status[0]["paused"].as_bool()),
+        (Some("running"), Some(true))
+    );
+    assert_eq!(status[0]["counts"]["failed"], 0);
+    // ...and a worker finishes it once the account has room.
+    // The whole configuration is replaced: the speed the simulator was started with, no faults.
+    tranche_test_support::probe::set_config(sim.root(), &serde_json::json!({"speed": 200.0}));
+    let out = env
+        .tranche()
+        .args(["worker", "--until-idle", "--azure-endpoint", &sim.azure, "--poll-interval", "0.1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let status = env.status_json(None);
+    assert_eq!(
+        (status[0]["state"].as_str(), status[0]["paused"].as_bool()),
+        (Some("done"), Some(false))
+    );
+    assert_eq!(status[0]["counts"]["succeeded"], 5);
+    assert!(status[0]["error"].is_null(), "{}", status[0]);
 }
 
 #[test]

@@ -49,6 +49,9 @@ impl Engine {
             .await?;
         let mut update = TrancheUpdate::to(TrancheState::Uploaded, self.now());
         update.input_file_id = Some(file.id.as_str().to_owned());
-        Ok(self.transition(lease, update).await?)
+        self.transition(lease, update).await?;
+        // The account has room again: jobs paused for a full file storage resume.
+        self.store.set_jobs_paused(tranche.id, None, self.now()).await?;
+        Ok(())
     }
 }

@@ -95,14 +95,22 @@ pub async fn drive_job(app: &App, engine: &Engine, submitted: Submitted) -> Resu
     Ok(job)
 }
 
-/// 0 when every request succeeded, 1 when some failed, 3 when an upstream failure stopped it,
-/// 4 when its answers await review.
+/// 0 when every request succeeded, 1 when some failed, 3 when an upstream failure stopped or
+/// paused it, 4 when its answers await review.
 pub async fn job_exit(app: &App, job: &Job) -> CmdResult {
     match app.outcome(job).await? {
         Outcome::Stopped(error) => Err(Exit {
             code: exit::UPSTREAM,
             error: anyhow::anyhow!(
                 "job {} stopped by an upstream failure: {}",
+                job.id,
+                upstream_text(&error)
+            ),
+        }),
+        Outcome::Paused(error) => Err(Exit {
+            code: exit::UPSTREAM,
+            error: anyhow::anyhow!(
+                "job {} is paused: {}; it is kept, and a worker (`tranche worker`) finishes it once the account has room",
                 job.id,
                 upstream_text(&error)
             ),
