@@ -151,3 +151,32 @@ async fn a_job_larger_than_the_file_quota_completes_by_waiting_for_its_own_files
     let stats = setup.sim.stats();
     assert_eq!((stats.batches_created, stats.requests_billed, stats.files_live), (10, 20, 0));
 }
+
+#[tokio::test]
+async fn a_result_file_gone_before_it_was_copied_sends_its_requests_again() {
+    let setup = Harness::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &keyed_lines(6)).await;
+    // Step until the batches have ended and their results wait to be collected.
+    let collecting = 'ended: {
+        for _ in 0..50 {
+            engine.tick().await.unwrap();
+            setup.sim.advance(1.0);
+            let tranches = engine.store().job_unfinished_tranches(job).await.unwrap();
+            if tranches.iter().all(|t| t.state == TrancheState::Collecting) {
+                break 'ended tranches;
+            }
+        }
+        panic!("the batches never ended");
+    };
+    let adapter = setup.openai_at(setup.sim.openai_base_url());
+    let gone = &collecting[0];
+    adapter.delete_file(&FileId::new(gone.output_file_id.clone().unwrap())).await.unwrap();
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    assert_eq!(engine.store().job_counts(job).await.unwrap().succeeded, 6);
+    // The lost file's requests ran twice (their first answers were lost), the others once.
+    let runs: Vec<usize> = setup.ledger_by_custom_id().values().map(Vec::len).collect();
+    assert_eq!(runs.iter().filter(|n| **n == 2).count() as u64, gone.request_count);
+    assert_eq!(runs.iter().sum::<usize>() as u64, 6 + gone.request_count);
+    assert_eq!(setup.sim.stats().files_live, 0);
+}

@@ -1,6 +1,7 @@
 //! Copying a batch's result files into the blob store, streamed exactly as the provider returns
 //! them and whole or not at all, before anything parses them or deletes them at the provider.
 
+use bytes::Bytes;
 use futures::TryStreamExt;
 use tracing::{debug, info, warn};
 use tranche_core::{TrancheId, TrancheState};
@@ -73,7 +74,25 @@ impl Engine {
             // visible only once whole, so a crash or a broken transfer leaves nothing that
             // looks collected.
             let download = match source {
-                Source::File(file) => provider.download_file(&FileId::new(file)).await?,
+                Source::File(file) => match provider.download_file(&FileId::new(file)).await {
+                    Ok(download) => download,
+                    Err(e) if e.status == Some(404) => {
+                        // Gone before it was copied (expired, or someone's cleanup): what it
+                        // held is lost, and the batch's requests it answered go out again.
+                        warn!(tranche = %tranche.id, file = %file, error = %e, "a result file the provider no longer has; its requests are sent again");
+                        self.store.mark_file_deleted(tranche.provider, file, self.now()).await?;
+                        let key = raw_key(tranche.id, name).map_err(EngineError::from)?;
+                        let stored = self
+                            .config
+                            .blobs
+                            .put(&key, Bytes::new())
+                            .await
+                            .map_err(EngineError::from)?;
+                        self.store.record_blob(&self.record_of(&stored)).await?;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                },
                 Source::ResultsUrl(url) => provider.download_results(url).await?,
             };
             let mut writer =
