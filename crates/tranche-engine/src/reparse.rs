@@ -40,6 +40,8 @@ pub struct ReparseReport {
 pub enum ReparseError {
     #[error("job {0} is still {1}: re-parse it once it has ended")]
     NotEnded(JobId, tranche_core::JobState),
+    #[error("job {0} was cancelled: it is not re-parsed (submit its input again instead)")]
+    Cancelled(JobId),
     #[error("the new schema: {0}")]
     Schema(#[from] tranche_core::validate::SchemaError),
     #[error(transparent)]
@@ -63,7 +65,10 @@ impl Engine {
         job: &JobRecord,
         schema: Option<serde_json::Value>,
     ) -> Result<ReparseReport, ReparseError> {
-        if !job.state.is_terminal() || job.state == tranche_core::JobState::Cancelled {
+        if job.state == tranche_core::JobState::Cancelled {
+            return Err(ReparseError::Cancelled(job.id));
+        }
+        if !job.state.is_terminal() {
             return Err(ReparseError::NotEnded(job.id, job.state));
         }
         let mut settings = job.settings.clone();

@@ -271,7 +271,10 @@ async fn a_reparse_under_a_stricter_schema_sends_back_only_what_retry_allows() {
     let record = engine.store().job(job).await.unwrap().unwrap();
     let report = engine.reparse(&record, Some(stricter)).await.unwrap();
     assert_eq!((report.demoted, report.resent), (10, 10));
-    assert_eq!(engine.store().job(job).await.unwrap().unwrap().state, JobState::Running);
+    let reopened = engine.store().job(job).await.unwrap().unwrap();
+    assert_eq!(reopened.state, JobState::Running);
+    let refused = engine.reparse(&reopened, None).await.unwrap_err();
+    assert!(matches!(refused, tranche_engine::ReparseError::NotEnded(..)), "{refused}");
     assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
     // Sent once more each, then out of attempts: failed, naming the field.
     assert!(setup.ledger_by_custom_id().values().all(|runs| runs.len() == 2));

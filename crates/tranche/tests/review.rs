@@ -117,7 +117,7 @@ fn schema_violations_fail_by_name_and_a_relaxed_reparse_promotes_them_without_tr
     let out = env.tranche().args(["results", &job, "--status", "pending"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 
-    // A running job cannot be re-parsed, and a schema that is not one is refused by name.
+    // A schema that is not one is refused, and so is a file that is not JSON, by name.
     let bad = env.write("bad.json", r#"{"type": 5}"#);
     let out =
         env.tranche().args(["reparse", &job, "--schema", bad.to_str().unwrap()]).output().unwrap();

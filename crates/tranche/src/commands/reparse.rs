@@ -33,7 +33,9 @@ pub async fn run(app: App, global: &Global, args: ReparseArgs) -> CmdResult {
         Err(_) => context::recording_engine(&app, global).await?,
     };
     let report = engine.reparse(&job, schema).await.map_err(|e| match e {
-        ReparseError::NotEnded(..) | ReparseError::Schema(_) => Exit::usage(anyhow::Error::from(e)),
+        ReparseError::NotEnded(..) | ReparseError::Cancelled(_) | ReparseError::Schema(_) => {
+            Exit::usage(anyhow::Error::from(e))
+        }
         other => Exit::from(anyhow::Error::from(other)),
     })?;
     if args.json {
