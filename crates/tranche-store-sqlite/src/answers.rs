@@ -5,7 +5,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use tranche_core::{JobId, JobSettings, RequestState};
 use tranche_store::*;
 
-use crate::{SqliteStore, to_i64, to_u64};
+use crate::{SqliteStore, to_i64};
 
 /// Records an answer check once (a check is its id: the same id is the same check).
 pub(crate) async fn record_check(
@@ -190,15 +190,10 @@ impl AnswerStore for SqliteStore {
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
-        let text: Option<String> = row.try_get(0)?;
-        let object: Option<String> = row.try_get(1)?;
-        let range: (Option<i64>, Option<i64>) = (row.try_get(2)?, row.try_get(3)?);
-        Ok(match (text, object, range) {
-            (Some(text), _, _) => Some(InputBody::Text(text)),
-            (None, Some(object), (Some(offset), Some(len))) => {
-                Some(InputBody::InObject { object, offset: to_u64(offset), len: to_u64(len) })
-            }
-            _ => None,
-        })
+        Ok(crate::rows::input_body(
+            row.try_get(0)?,
+            row.try_get(1)?,
+            (row.try_get(2)?, row.try_get(3)?),
+        ))
     }
 }

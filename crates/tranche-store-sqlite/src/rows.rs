@@ -126,3 +126,19 @@ pub(crate) fn result_from_row(row: &SqliteRow) -> StoreResult<ResultRow> {
         output_tokens: row.try_get::<Option<i64>, _>(14)?.map(to_u64),
     })
 }
+
+/// A request body from its columns: kept in the database (`text`), or a range of its job's body
+/// object; `None` when neither is there.
+pub(crate) fn input_body(
+    text: Option<String>,
+    object: Option<String>,
+    range: (Option<i64>, Option<i64>),
+) -> Option<InputBody> {
+    match (text, object, range) {
+        (Some(text), _, _) => Some(InputBody::Text(text)),
+        (None, Some(object), (Some(offset), Some(len))) => {
+            Some(InputBody::InObject { object, offset: to_u64(offset), len: to_u64(len) })
+        }
+        _ => None,
+    }
+}

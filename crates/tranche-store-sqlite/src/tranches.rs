@@ -6,7 +6,7 @@ use tranche_core::{LeaseToken, ProviderKind, TrancheId};
 use tranche_store::*;
 
 use crate::rows::*;
-use crate::{SqliteStore, parse, to_u64};
+use crate::{SqliteStore, parse};
 
 #[async_trait::async_trait]
 impl TrancheStore for SqliteStore {
@@ -59,16 +59,9 @@ impl TrancheStore for SqliteStore {
         .map_err(StoreError::from)
         .and_then(|row| async move {
             let endpoint: String = row.try_get(1)?;
-            let text: Option<String> = row.try_get(2)?;
-            let object: Option<String> = row.try_get(3)?;
-            let range: (Option<i64>, Option<i64>) = (row.try_get(4)?, row.try_get(5)?);
-            let body = match (text, object, range) {
-                (Some(text), _, _) => InputBody::Text(text),
-                (None, Some(object), (Some(offset), Some(len))) => {
-                    InputBody::InObject { object, offset: to_u64(offset), len: to_u64(len) }
-                }
-                _ => return Err(StoreError::Corrupt("a request has no body".to_owned())),
-            };
+            let range = (row.try_get(4)?, row.try_get(5)?);
+            let body = input_body(row.try_get(2)?, row.try_get(3)?, range)
+                .ok_or_else(|| StoreError::Corrupt("a request has no body".to_owned()))?;
             Ok(InputLine {
                 wire_id: row.try_get(0)?,
                 endpoint: parse("endpoint", &endpoint)?,
