@@ -14,7 +14,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use tranche_blob::BlobStore;
-use tranche_engine::EngineConfig;
+use tranche_core::ProviderKind;
+use tranche_engine::{EngineConfig, FileLimits};
 
 use crate::error::AppError;
 
@@ -68,10 +69,25 @@ pub struct EngineSettings {
     /// How many tranches one engine steps at once [default: 4].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel_steps: Option<usize>,
+    /// Seconds between two cleanups of each account's provider files by the workers (one
+    /// worker of the deployment does each) [default: 3600; 0: never].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub janitor_interval: Option<f64>,
+    /// Seconds a file named like tranche's but unknown to the store is kept before a cleanup
+    /// deletes it [default: 86400].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orphan_grace: Option<f64>,
+    /// How many files a provider's account may hold, by provider (`[file_limits.azure]`,
+    /// `with_expiry`, `without_expiry`) [default: Azure 10,000 and 500].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub file_limits: BTreeMap<ProviderKind, FileLimits>,
 }
 
+/// The periodic cleanup's interval when the configuration names none.
+const JANITOR_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// The keys the environment may set, each as `TRANCHE_<KEY>`.
-const ENV_KEYS: [&str; 11] = [
+const ENV_KEYS: [&str; 13] = [
     "poll_interval",
     "min_batch_size",
     "max_wait",
@@ -83,6 +99,8 @@ const ENV_KEYS: [&str; 11] = [
     "file_expires_after",
     "blob_store",
     "parallel_steps",
+    "janitor_interval",
+    "orphan_grace",
 ];
 
 /// Where the configuration file is: the one `TRANCHE_CONFIG` names, else `tranche.toml` in the
@@ -154,7 +172,25 @@ impl EngineSettings {
             }
             config.parallel_steps = n;
         }
+        if let Some(grace) = self.orphan_grace {
+            config.orphan_grace = seconds("orphan_grace", grace, true)?;
+        }
+        for (provider, limits) in &self.file_limits {
+            let entry = config.file_limits.entry(*provider).or_default();
+            entry.with_expiry = limits.with_expiry.or(entry.with_expiry);
+            entry.without_expiry = limits.without_expiry.or(entry.without_expiry);
+        }
         Ok(config)
+    }
+
+    /// How often a worker cleans up provider files; `None`: never.
+    pub fn janitor_interval(&self) -> Result<Option<Duration>, AppError> {
+        match self.janitor_interval {
+            None => Ok(Some(JANITOR_INTERVAL)),
+            Some(interval) => {
+                Ok(Some(seconds("janitor_interval", interval, true)?).filter(|d| !d.is_zero()))
+            }
+        }
     }
 }
 
@@ -247,6 +283,37 @@ mod tests {
             let err = settings.engine_config(jail.directory()).unwrap_err();
             assert!(err.to_string().contains("lease must be a positive number"), "{err}");
             assert!(err.is_usage());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_janitor_and_file_limits_take_their_defaults_and_overrides() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            let defaults = layered(jail, &EngineSettings::default());
+            assert_eq!(defaults.janitor_interval().unwrap(), Some(JANITOR_INTERVAL));
+            let config = defaults.engine_config(jail.directory()).unwrap();
+            assert_eq!(config.orphan_grace, Duration::from_secs(86_400));
+            assert_eq!(config.file_limits.get(&ProviderKind::Azure), Some(&FileLimits::AZURE));
+            jail.create_file(
+                CONFIG_FILE,
+                "janitor_interval = 0\norphan_grace = 60\n\n[file_limits.azure]\nwithout_expiry = 100\n\n[file_limits.openai]\nwith_expiry = 7\n",
+            )?;
+            let set = layered(jail, &EngineSettings::default());
+            assert_eq!(set.janitor_interval().unwrap(), None, "0 turns it off");
+            let config = set.engine_config(jail.directory()).unwrap();
+            assert_eq!(config.orphan_grace, Duration::from_secs(60));
+            let azure = FileLimits { without_expiry: Some(100), ..FileLimits::AZURE };
+            assert_eq!(config.file_limits.get(&ProviderKind::Azure), Some(&azure));
+            let openai = FileLimits { with_expiry: Some(7), without_expiry: None };
+            assert_eq!(config.file_limits.get(&ProviderKind::Openai), Some(&openai));
+            jail.set_env("TRANCHE_JANITOR_INTERVAL", "90");
+            let env = layered(jail, &EngineSettings::default());
+            assert_eq!(env.janitor_interval().unwrap(), Some(Duration::from_secs(90)));
+            jail.create_file(CONFIG_FILE, "[file_limits.azure]\nwith_expiri = 1\n")?;
+            let err = EngineSettings::layered(jail.directory(), &EngineSettings::default());
+            assert!(err.unwrap_err().to_string().contains("with_expiri"));
             Ok(())
         });
     }

@@ -26,8 +26,8 @@ pub use export::{ExportFormat, ExportOptions};
 pub use providers::{ProviderOptions, provider, providers};
 pub use review::{DEFAULT_SAMPLE, ReviewItem, default_seed};
 pub use tranche_engine::{
-    Engine, EngineConfig, EngineError, Providers, PruneReport, ReparseError, ReparseReport,
-    Submitted, Until,
+    CleanupOptions, CleanupReport, Engine, EngineConfig, EngineError, FileAudit, FilesError,
+    Providers, PruneReport, ReparseError, ReparseReport, Submitted, Until,
 };
 pub use tranche_store::JobRecord as Job;
 pub use tranche_store::Rejected;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tranche_blob::BlobStore;
 use tranche_core::plan::TrancheLimits;
 
+use crate::janitor::FileLimits;
 use crate::policy::Retries;
 use tranche_core::{JobId, ProviderKind};
 
@@ -52,6 +53,15 @@ pub struct EngineConfig {
     /// How many tranches `Engine::drive` steps at once (writing one tranche's file while
     /// another's batch is created and a third's results are ingested).
     pub parallel_steps: usize,
+    /// How many files each provider's accounts may hold, for the audit's forecast (Azure:
+    /// 500 batch input files without expiry, 10,000 with).
+    pub file_limits: BTreeMap<ProviderKind, FileLimits>,
+    /// A file named like tranche's but unknown to the store is deleted only once it is this
+    /// old (another installation, or an upload whose record was lost, may still need it).
+    pub orphan_grace: Duration,
+    /// How often `Engine::drive` cleans up each account's provider files (once across all
+    /// engines of the store); `None`: never.
+    pub janitor_interval: Option<Duration>,
 }
 
 impl EngineConfig {
@@ -76,6 +86,9 @@ impl EngineConfig {
             default_token_budget: None,
             lease: Duration::from_secs(60),
             parallel_steps: 4,
+            file_limits: BTreeMap::from([(ProviderKind::Azure, FileLimits::AZURE)]),
+            orphan_grace: Duration::from_secs(24 * 3600),
+            janitor_interval: None,
         }
     }
 

@@ -29,15 +29,27 @@ fn progress(state: TrancheState) -> u8 {
     }
 }
 
-/// The steps an engine runs at once, by tranche.
+/// How often a driving engine looks whether a chore is due.
+const CHORES_LOOK: Duration = Duration::from_secs(60);
+
+/// The steps an engine runs at once, by tranche, and its chores (cleanups of provider files)
+/// running beside them.
 struct Running {
     tasks: JoinSet<(TrancheId, Result<(), EngineError>)>,
     tranches: HashSet<TrancheId>,
+    chores: JoinSet<()>,
+    /// When to look again whether a cleanup of provider files is due.
+    chores_due: tokio::time::Instant,
 }
 
 impl Running {
     fn new() -> Self {
-        Self { tasks: JoinSet::new(), tranches: HashSet::new() }
+        Self {
+            tasks: JoinSet::new(),
+            tranches: HashSet::new(),
+            chores: JoinSet::new(),
+            chores_due: tokio::time::Instant::now(),
+        }
     }
 
     fn len(&self) -> usize {
@@ -61,8 +73,14 @@ impl Running {
         }
     }
 
-    /// Waits for every running step to end, answering the first failure.
-    async fn drain(&mut self) -> Result<(), EngineError> {
+    /// Waits for every running step to end, answering the first failure. Chores are waited
+    /// for too, unless the engine was told to stop: they are stopped (each delete they made
+    /// is one the next cleanup need not make).
+    async fn drain(&mut self, stopped: bool) -> Result<(), EngineError> {
+        if stopped {
+            self.chores.abort_all();
+        }
+        while self.chores.join_next().await.is_some() {}
         let mut first = Ok(());
         while let Some(joined) = self.tasks.join_next().await {
             if let Err(e) = self.ended(joined)
@@ -112,7 +130,7 @@ impl Engine {
                 () = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
             }
         };
-        let drained = running.drain().await;
+        let drained = running.drain(cancel.is_cancelled()).await;
         outcome.and(drained)
     }
 
@@ -147,6 +165,14 @@ impl Engine {
             started += 1;
         }
         self.settle_jobs().await?;
+        if let Some(interval) = self.config.janitor_interval
+            && tokio::time::Instant::now() >= running.chores_due
+        {
+            // Looked at once a minute at most: the duty's lease spaces the cleanups out.
+            running.chores_due = tokio::time::Instant::now() + interval.min(CHORES_LOOK);
+            while running.chores.try_join_next().is_some() {}
+            self.janitor_if_due(interval, &mut running.chores).await?;
+        }
         on_tick();
         if self.until_holds(until).await? {
             return Ok(None);

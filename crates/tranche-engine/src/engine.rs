@@ -45,6 +45,11 @@ impl Providers {
     pub fn get(&self, kind: ProviderKind) -> Option<&Arc<dyn Provider>> {
         self.adapters.get(&kind)
     }
+
+    /// Every configured adapter.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<dyn Provider>> {
+        self.adapters.values()
+    }
 }
 
 /// The reconciler. Cheap to clone; clones share one engine id (and so take turns with other
@@ -71,6 +76,12 @@ impl Engine {
     /// The same engine reading the time from `clock` (tests step a [`tranche_core::ManualClock`]).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The same engine cleaning up provider files every `interval` (`None`: never).
+    pub fn with_janitor(mut self, interval: Option<std::time::Duration>) -> Self {
+        self.config.janitor_interval = interval;
         self
     }
 
@@ -363,8 +374,8 @@ impl Engine {
         Ok(())
     }
 
-    /// An upload refused because the account's file storage is full: tranche's own leftovers
-    /// there are deleted, and the tranche waits (its intent to upload kept) for the files its
+    /// An upload refused because the account's file storage is full: a safe cleanup deletes
+    /// what tranche's ended tranches left there and old orphans, and the tranche waits (its intent to upload kept) for the files its
     /// other batches hold to be freed, instead of failing its requests. When nothing of
     /// tranche's will free any, its jobs pause.
     async fn wait_for_storage(
@@ -376,7 +387,7 @@ impl Engine {
     ) -> Result<(), Abandoned> {
         let now = self.now();
         let account = tranche.account.as_ref();
-        let freed = self.delete_leftover_files(tranche.provider, account).await;
+        let freed = self.free_storage(tranche.provider).await;
         let holding =
             self.store.tranches_holding_files(tranche.provider, account, tranche.id).await?;
         let wait = policy::upstream_wait(e.retry_after, self.config.retry_backoff);

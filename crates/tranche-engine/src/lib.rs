@@ -9,6 +9,7 @@ mod config;
 mod drive;
 mod engine;
 mod error;
+mod janitor;
 mod judge;
 mod layout;
 mod lease;
@@ -25,6 +26,10 @@ mod submit;
 pub use config::{EngineConfig, Until};
 pub use engine::{Engine, Providers};
 pub use error::EngineError;
+pub use janitor::{
+    CleanedFile, CleanupOptions, CleanupReport, DaysToLimit, FailedDelete, FileAudit, FileClass,
+    FileLimits, FileTally, FilesError,
+};
 pub use judge::{INVALID_OUTPUT, REJECTED_IN_REVIEW, UNDECODABLE_RESULT};
 pub use layout::export_key;
 pub use outputs::read_outputs;

@@ -1,18 +1,23 @@
 //! Provider files and batches on every path: none left behind when a tranche fails, an input
 //! file the provider lost uploaded again, credentials that stop working waited out, Anthropic
-//! batches deleted once their results are stored.
+//! batches deleted once their results are stored; the audit and the janitor.
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use secrecy::SecretString;
 use serde_json::json;
-use tranche_core::{JobState, TrancheState};
+use tranche_core::{JobSettings, JobState, ManualClock, ProviderKind, TrancheId, TrancheState};
+use tranche_engine::{CleanupOptions, DaysToLimit, Engine, EngineConfig, FileClass, FileLimits};
 use tranche_providers::{
-    AnthropicConfig, AnthropicProvider, AzureConfig, AzureProvider, FileId, Provider, http_client,
+    AnthropicConfig, AnthropicProvider, AzureConfig, AzureProvider, FileId, Provider, UploadBody,
+    http_client,
 };
 use tranche_sim::{HttpFault, SimConfig};
+use tranche_test_support::foreign::Foreign;
 use tranche_test_support::harness::{Harness, keyed_lines, submit};
 use tranche_test_support::inputs::anthropic_lines;
 
@@ -90,18 +95,13 @@ async fn anthropic_batches_are_deleted_once_their_results_are_stored() {
     config.base_url = setup.sim.anthropic_base_url();
     let adapter = Arc::new(AnthropicProvider::new(config, http_client().unwrap()).unwrap());
     let engine = setup.engine_over(Arc::clone(&adapter) as Arc<dyn Provider>, |_| {}).await;
-    let settings = tranche_core::JobSettings {
+    let settings = JobSettings {
         task: Some("t".into()),
         endpoint: tranche_core::Endpoint::AnthropicMessages,
-        ..tranche_core::JobSettings::default()
+        ..JobSettings::default()
     };
     let job = engine
-        .submit(
-            anthropic_lines(5).as_bytes(),
-            tranche_core::ProviderKind::Anthropic,
-            settings,
-            None,
-        )
+        .submit(anthropic_lines(5).as_bytes(), ProviderKind::Anthropic, settings, None)
         .await
         .unwrap()
         .job_id;
@@ -114,24 +114,9 @@ async fn anthropic_batches_are_deleted_once_their_results_are_stored() {
 
 #[tokio::test]
 async fn a_job_larger_than_the_file_quota_completes_by_waiting_for_its_own_files() {
-    let setup = Harness::new().await;
-    let mut config = SimConfig { speed: 0.0, ..SimConfig::default() };
-    config.azure.max_input_files_with_expiry = 3;
-    setup.sim.set_config(config);
-    let azure = AzureConfig::new(setup.sim.azure_endpoint(), SecretString::from("azure-key"));
-    let adapter = Arc::new(AzureProvider::new(azure, http_client().unwrap()).unwrap());
-    let engine = setup
-        .engine_over(Arc::clone(&adapter) as Arc<dyn Provider>, |c| {
-            c.max_batch_requests = Some(2);
-        })
-        .await;
-    let settings = tranche_core::JobSettings { task: Some("t".into()), ..Default::default() };
-    let lines = keyed_lines(20).replace("gpt-4.1-mini", "gpt-4o-mini");
-    let job = engine
-        .submit(lines.as_bytes(), tranche_core::ProviderKind::Azure, settings, None)
-        .await
-        .unwrap()
-        .job_id;
+    let setup = quota_of_three().await;
+    let engine = azure_engine(&setup, |c| c.max_batch_requests = Some(2)).await;
+    let job = submit_azure(&engine, 20).await;
     // Ten tranches, three files allowed: the first round uploads three and the rest wait,
     // saying why.
     engine.tick().await.unwrap();
@@ -179,4 +164,182 @@ async fn a_result_file_gone_before_it_was_copied_sends_its_requests_again() {
     assert_eq!(runs.iter().filter(|n| **n == 2).count() as u64, gone.request_count);
     assert_eq!(runs.iter().sum::<usize>() as u64, 6 + gone.request_count);
     assert_eq!(setup.sim.stats().files_live, 0);
+}
+
+/// An engine over the harness's store reaching the simulator's Azure surface.
+async fn azure_engine(setup: &Harness, tune: impl FnOnce(&mut EngineConfig)) -> Engine {
+    let azure = AzureConfig::new(setup.sim.azure_endpoint(), SecretString::from("azure-key"));
+    let adapter = Arc::new(AzureProvider::new(azure, http_client().unwrap()).unwrap());
+    setup.engine_over(adapter, tune).await
+}
+
+/// Submits `n` requests for one Azure deployment.
+async fn submit_azure(engine: &Engine, n: usize) -> tranche_core::JobId {
+    let lines = keyed_lines(n).replace("gpt-4.1-mini", "gpt-4o-mini");
+    let settings = JobSettings { task: Some("t".into()), ..Default::default() };
+    engine.submit(lines.as_bytes(), ProviderKind::Azure, settings, None).await.unwrap().job_id
+}
+
+/// A harness whose Azure account holds at most three batch input files with an expiry.
+async fn quota_of_three() -> Harness {
+    let setup = Harness::new().await;
+    let mut config = SimConfig { speed: 0.0, ..SimConfig::default() };
+    config.azure.max_input_files_with_expiry = 3;
+    setup.sim.set_config(config);
+    setup
+}
+
+#[tokio::test]
+async fn the_audit_tells_whose_files_are_there_and_cleanup_takes_foreign_ones_only_when_asked() {
+    let setup = quota_of_three().await;
+    // Another application's files, kept until deleted, fill part of the account.
+    let foreign = Foreign::azure(&setup.sim.azure_endpoint());
+    let theirs = [foreign.upload("nightly.jsonl", None).await, foreign.upload("eval", None).await];
+    let engine = azure_engine(&setup, |c| {
+        c.max_batch_requests = Some(2);
+        c.file_limits
+            .insert(ProviderKind::Azure, FileLimits { with_expiry: Some(3), ..FileLimits::AZURE });
+    })
+    .await;
+    let job = submit_azure(&engine, 20).await;
+    // Ten tranches, three files allowed: the first round uploads three.
+    engine.tick().await.unwrap();
+    let audit = engine.audit_files(ProviderKind::Azure).await.unwrap();
+    assert_eq!(audit.files.total, setup.sim.stats().files_live);
+    let files = &audit.files;
+    assert_eq!((files.total, files.with_expiry, files.without_expiry), (5, 3, 2));
+    assert_eq!((files.owned, files.orphaned, files.foreign), (3, 0, 2));
+    assert_eq!(files.by_purpose, BTreeMap::from([("batch".to_owned(), 5)]));
+    assert_eq!(audit.limits, FileLimits { with_expiry: Some(3), without_expiry: Some(500) });
+    assert_eq!((audit.uploads_7d, audit.uploads_30d), (3, 3));
+    assert_eq!(audit.days_to_limit, DaysToLimit::default(), "one audit tells no growth");
+    assert_eq!(audit.endpoint, format!("{}/openai/v1", setup.sim.azure_endpoint()));
+
+    // A dry run names the foreign files and deletes nothing.
+    let everything = CleanupOptions { dry_run: true, include_foreign: true };
+    let dry = engine.clean_files(ProviderKind::Azure, everything).await.unwrap();
+    let named: BTreeSet<_> = dry.deleted.iter().map(|f| f.id.clone()).collect();
+    assert_eq!(named, BTreeSet::from(theirs.clone()));
+    assert!(dry.deleted.iter().all(|f| f.class == FileClass::Foreign));
+    assert_eq!(setup.sim.stats().files_live, 5);
+    // Without `--include-foreign` nothing goes: the rest are the running job's.
+    let safe = engine.clean_files(ProviderKind::Azure, CleanupOptions::default()).await.unwrap();
+    assert!(safe.deleted.is_empty(), "{safe:?}");
+    assert_eq!(setup.sim.stats().files_live, 5);
+    let asked = CleanupOptions { include_foreign: true, ..CleanupOptions::default() };
+    let cleaned = engine.clean_files(ProviderKind::Azure, asked).await.unwrap();
+    assert_eq!(cleaned.deleted.len(), 2);
+    for id in &theirs {
+        assert!(!foreign.has_file(id).await, "{id} deleted");
+    }
+    // The job still completes, by waiting for its own files, and leaves none.
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    assert_eq!(engine.store().job_counts(job).await.unwrap().succeeded, 20);
+    let audit = engine.audit_files(ProviderKind::Azure).await.unwrap();
+    assert_eq!((audit.files.total, setup.sim.stats().files_live), (0, 0));
+    assert_eq!(audit.uploads_7d, 10);
+}
+
+/// Uploads a file named like tranche's for a tranche no store knows.
+async fn upload_orphan(adapter: &dyn Provider) -> FileId {
+    let body = UploadBody::from_bytes(b"{}\n".to_vec());
+    adapter.upload_batch_file(TrancheId::new(), body).await.unwrap().id
+}
+
+#[tokio::test]
+async fn orphans_are_deleted_after_their_grace_and_growth_forecasts_the_limit() {
+    let setup = Harness::new().await;
+    let clock = Arc::new(ManualClock::at(setup.sim.now()));
+    let engine = setup
+        .engine_with(|c| {
+            c.file_limits.insert(
+                ProviderKind::Openai,
+                FileLimits { with_expiry: Some(10), without_expiry: None },
+            );
+        })
+        .await
+        .with_clock(clock.clone());
+    // Files named like tranche's, of tranches this store never knew (a lost data folder).
+    let adapter = setup.openai_at(setup.sim.openai_base_url());
+    let mut orphans = Vec::new();
+    orphans.push(upload_orphan(&adapter).await);
+    let first = engine.audit_files(ProviderKind::Openai).await.unwrap();
+    assert_eq!((first.files.orphaned, first.files.owned, first.files.foreign), (1, 0, 0));
+    assert_eq!(first.days_to_limit, DaysToLimit::default());
+    orphans.push(upload_orphan(&adapter).await);
+    orphans.push(upload_orphan(&adapter).await);
+    clock.advance(86_400);
+    let second = engine.audit_files(ProviderKind::Openai).await.unwrap();
+    // Two more a day, three of ten used: three and a half days left; no limit without expiry.
+    assert_eq!(second.days_to_limit, DaysToLimit { with_expiry: Some(3.5), without_expiry: None });
+    assert_eq!(second.uploads_7d, 0, "the store uploaded none of them");
+    // Younger than the grace period (24 h from their upload on the provider's clock), orphans stay.
+    clock.set(setup.sim.now() + 3600);
+    let early = engine.clean_files(ProviderKind::Openai, CleanupOptions::default()).await.unwrap();
+    assert!(early.deleted.is_empty(), "{early:?}");
+    clock.set(setup.sim.now() + 86_400);
+    let late = engine.clean_files(ProviderKind::Openai, CleanupOptions::default()).await.unwrap();
+    let deleted: BTreeSet<_> = late.deleted.iter().map(|f| FileId::new(f.id.clone())).collect();
+    assert_eq!(deleted, orphans.into_iter().collect());
+    assert!(late.deleted.iter().all(|f| f.class == FileClass::Orphaned));
+    assert_eq!(setup.sim.stats().files_live, 0);
+}
+
+#[tokio::test]
+async fn the_janitor_never_deletes_a_file_a_live_batch_or_a_running_tranche_needs() {
+    let setup = Harness::new().await;
+    // Another application's batches run; one of its files is loose.
+    let foreign = Foreign::openai(&setup.sim.openai_base_url());
+    let mut held = Vec::new();
+    for name in ["a.jsonl", "b.jsonl"] {
+        let file = foreign.upload(name, None).await;
+        foreign.create_batch(&file).await.unwrap();
+        held.push(file);
+    }
+    let loose = foreign.upload("c.jsonl", None).await;
+    let eager = |c: &mut EngineConfig| {
+        c.orphan_grace = std::time::Duration::ZERO;
+        c.max_batch_requests = Some(3);
+    };
+    let janitor = setup.engine_with(eager).await;
+    let everything = CleanupOptions { include_foreign: true, ..CleanupOptions::default() };
+    let report = janitor.clean_files(ProviderKind::Openai, everything).await.unwrap();
+    assert_eq!((report.live_batches, report.held_by_live_batches), (2, 2));
+    assert_eq!(report.deleted.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), [loose.as_str()]);
+    for file in &held {
+        assert!(foreign.has_file(file).await);
+    }
+    // A job runs while the janitor cleans as fast as it can, foreign files included: nothing
+    // the job needs goes (no upload repeated, no result lost, nothing billed twice).
+    let engine = setup.engine_with(eager).await;
+    let job = submit(&engine, &keyed_lines(30)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sweeps = tokio::spawn({
+        let stop = Arc::clone(&stop);
+        async move {
+            let mut sweeps = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                janitor.clean_files(ProviderKind::Openai, everything).await.unwrap();
+                sweeps += 1;
+                tokio::task::yield_now().await;
+            }
+            sweeps
+        }
+    });
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    stop.store(true, Ordering::Relaxed);
+    assert!(sweeps.await.unwrap() > 0);
+    assert_eq!(engine.store().job_counts(job).await.unwrap().succeeded, 30);
+    let unfinished = engine.store().job_unfinished_tranches(job).await.unwrap();
+    assert!(unfinished.is_empty(), "{unfinished:?}");
+    let ledger = setup.ledger_by_custom_id();
+    let ours: Vec<_> = ledger.iter().filter(|(id, _)| id.starts_with("k")).collect();
+    assert_eq!(ours.len(), 30);
+    assert!(ours.iter().all(|(_, runs)| runs.len() == 1), "{ours:?}");
+    let mut uploads = BTreeMap::<String, usize>::new();
+    for upload in setup.sim.uploads().into_iter().filter(|u| u.filename.starts_with("tranche-")) {
+        *uploads.entry(upload.filename).or_default() += 1;
+    }
+    assert_eq!(uploads.len(), 10);
+    assert!(uploads.values().all(|n| *n == 1), "each input uploaded once: {uploads:?}");
 }

@@ -24,10 +24,32 @@ pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use provider::Provider;
 pub use streams::{Download, InlineInput, ProviderFiles, UploadBody};
 pub use types::{
-    BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId,
-    InputTransport, LineError, LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
-    Usage,
+    BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, FilePage,
+    InputTransport, LineError, LineOutcome, RemoteBatch, RemoteFile, RequestCounts, ResultLine,
+    UploadedFile, Usage,
 };
 
 /// The batch metadata key that names the tranche a batch was created for.
 pub const TRANCHE_ID_METADATA_KEY: &str = "tranche_id";
+
+/// The name tranche uploads a tranche's input file under.
+pub fn batch_file_name(tranche: tranche_core::TrancheId) -> String {
+    format!("tranche-{tranche}.jsonl")
+}
+
+/// The tranche a file named by [`batch_file_name`] was uploaded for; `None` for other names.
+pub fn tranche_of_file_name(name: &str) -> Option<tranche_core::TrancheId> {
+    name.strip_prefix("tranche-")?.strip_suffix(".jsonl")?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn batch_file_names_name_their_tranche() {
+        let tranche = tranche_core::TrancheId::new();
+        assert_eq!(super::tranche_of_file_name(&super::batch_file_name(tranche)), Some(tranche));
+        for other in ["tranche-x.jsonl", "batch_1_output.jsonl", "upload", "tranche-.jsonl"] {
+            assert_eq!(super::tranche_of_file_name(other), None, "{other}");
+        }
+    }
+}

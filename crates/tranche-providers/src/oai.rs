@@ -22,8 +22,8 @@ use crate::http::{self, RetryPolicy};
 use crate::streams::{Download, UploadBody};
 use crate::time::{opt_timestamp, timestamp};
 use crate::types::{
-    BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, LineError,
-    LineOutcome, RemoteBatch, RequestCounts, ResultLine, UploadedFile,
+    BatchErrorEntry, BatchId, BatchInput, BatchPage, BatchStatus, CreateBatch, FileId, FilePage,
+    LineError, LineOutcome, RemoteBatch, RemoteFile, RequestCounts, ResultLine, UploadedFile,
 };
 use crate::types::{Usage, WirePage, range_within};
 
@@ -237,7 +237,7 @@ impl OaiClient {
         body: UploadBody,
     ) -> Result<UploadedFile, UpstreamError> {
         let provider = self.provider();
-        let filename = format!("tranche-{tranche}.jsonl");
+        let filename = crate::batch_file_name(tranche);
         let len = body.len;
         let part = Part::stream_with_length(reqwest::Body::wrap_stream(body.stream), len)
             .file_name(filename.clone())
@@ -280,39 +280,59 @@ impl OaiClient {
         })
     }
 
+    /// One page of the account's files, newest first, of one purpose or of all.
+    pub(crate) async fn list_files(
+        &self,
+        purpose: Option<&str>,
+        after: Option<&FileId>,
+        limit: u32,
+    ) -> Result<FilePage, UpstreamError> {
+        let mut url = self.url(&["files"]);
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(purpose) = purpose {
+                query.append_pair("purpose", purpose);
+            }
+            query.append_pair("order", "desc");
+            query.append_pair("limit", &limit.clamp(1, 10_000).to_string());
+            if let Some(after) = after {
+                query.append_pair("after", after.as_str());
+            }
+        }
+        let list: WireFileList = self.call_json(Method::GET, url, NO_BODY, true).await?;
+        let next = list
+            .last_id
+            .filter(|id| !id.is_empty())
+            .or_else(|| list.data.last().map(|f| f.id.clone()))
+            .map(FileId::new);
+        // A cursor that does not move would list the same page forever.
+        let has_more = list.has_more.unwrap_or(false) && next.as_ref() != after;
+        Ok(FilePage {
+            data: list.data.into_iter().map(WireFile::into_remote).collect(),
+            has_more,
+            last_id: next,
+        })
+    }
+
     /// Finds a live batch input file by its name, newest first, walking every page.
     pub(crate) async fn find_file(
         &self,
         filename: &str,
     ) -> Result<Option<UploadedFile>, UpstreamError> {
-        let mut after: Option<String> = None;
+        let mut after: Option<FileId> = None;
         loop {
-            let mut url = self.url(&["files"]);
-            {
-                let mut query = url.query_pairs_mut();
-                query.append_pair("purpose", "batch");
-                query.append_pair("order", "desc");
-                query.append_pair("limit", "1000");
-                if let Some(after) = &after {
-                    query.append_pair("after", after);
-                }
-            }
-            let list: WireFileList = self.call_json(Method::GET, url, NO_BODY, true).await?;
-            if let Some(file) = list.data.iter().find(|f| f.filename.as_deref() == Some(filename)) {
+            let page = self.list_files(Some("batch"), after.as_ref(), 1000).await?;
+            if let Some(file) = page.data.into_iter().find(|f| f.filename == filename) {
                 return Ok(Some(UploadedFile {
-                    id: FileId::new(file.id.clone()),
-                    bytes: file.bytes.unwrap_or(0),
-                    filename: filename.to_owned(),
+                    id: file.id,
+                    bytes: file.bytes,
+                    filename: file.filename,
                     created_at: file.created_at,
                     expires_at: file.expires_at,
                 }));
             }
-            let next = list
-                .last_id
-                .filter(|id| !id.is_empty())
-                .or_else(|| list.data.last().map(|f| f.id.clone()));
-            match (list.has_more.unwrap_or(false), next) {
-                (true, Some(next)) if after.as_ref() != Some(&next) => after = Some(next),
+            match page.last_id {
+                Some(next) if page.has_more => after = Some(next),
                 _ => return Ok(None),
             }
         }
@@ -528,10 +548,25 @@ pub(crate) struct WireFile {
     bytes: Option<u64>,
     #[serde(default)]
     filename: Option<String>,
+    #[serde(default)]
+    purpose: Option<String>,
     #[serde(deserialize_with = "timestamp")]
     created_at: i64,
     #[serde(default, deserialize_with = "opt_timestamp")]
     expires_at: Option<i64>,
+}
+
+impl WireFile {
+    fn into_remote(self) -> RemoteFile {
+        RemoteFile {
+            id: FileId::new(self.id),
+            filename: self.filename.unwrap_or_default(),
+            purpose: self.purpose.unwrap_or_default(),
+            bytes: self.bytes.unwrap_or(0),
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -731,7 +766,15 @@ macro_rules! forward_provider {
                 &self,
                 tranche: tranche_core::TrancheId,
             ) -> Result<Option<$crate::types::UploadedFile>, $crate::error::UpstreamError> {
-                self.client.find_file(&format!("tranche-{tranche}.jsonl")).await
+                self.client.find_file(&$crate::batch_file_name(tranche)).await
+            }
+
+            async fn list_files(
+                &self,
+                after: Option<&$crate::types::FileId>,
+                limit: u32,
+            ) -> Result<$crate::types::FilePage, $crate::error::UpstreamError> {
+                self.client.list_files(None, after, limit).await
             }
 
             async fn upload_batch_file(

@@ -5,12 +5,13 @@ use tranche_core::{AccountId, ProviderKind, TrancheId};
 use crate::error::{ErrorKind, LineParseError, UpstreamError};
 use crate::streams::{Download, UploadBody};
 use crate::types::{
-    BatchId, BatchPage, CreateBatch, FileId, InputTransport, RemoteBatch, ResultLine, UploadedFile,
+    BatchId, BatchPage, CreateBatch, FileId, FilePage, InputTransport, RemoteBatch, ResultLine,
+    UploadedFile,
 };
 
 /// A provider's batch API. Adapters talk HTTP; they know nothing of the store or the engine.
 ///
-/// Calls that only read or delete (`retrieve_batch`, `list_batches`, `download_file`,
+/// Calls that only read or delete (`retrieve_batch`, `list_batches`, `list_files`, `download_file`,
 /// `delete_file`, `download_results`, `delete_batch`) retry transient failures themselves; calls
 /// with side effects (`upload_batch_file`, `create_batch`, `cancel_batch`) are tried once, so that
 /// the engine can check what the provider already has before repeating them. Operations a
@@ -68,6 +69,18 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<UploadedFile>, UpstreamError> {
         let _ = tranche;
         Ok(None)
+    }
+
+    /// One page of every file the account holds (any purpose, whoever uploaded it), newest
+    /// first, starting after `after`; `limit` is clamped to what the provider allows (OpenAI:
+    /// 1..=10,000). Providers without files have none.
+    async fn list_files(
+        &self,
+        after: Option<&FileId>,
+        limit: u32,
+    ) -> Result<FilePage, UpstreamError> {
+        let _ = (after, limit);
+        Ok(FilePage::default())
     }
 
     /// Whether batches carry tranche's metadata (`tranche_id`), so that one can be found by

@@ -64,6 +64,30 @@ pub struct UploadedFile {
     pub expires_at: Option<i64>,
 }
 
+/// A file the account holds, as the provider lists it (any purpose, whoever uploaded it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteFile {
+    pub id: FileId,
+    /// The name it was uploaded under; empty when the provider gives none.
+    pub filename: String,
+    /// `batch`, `batch_output`, `fine-tune`, ...; empty when the provider gives none.
+    pub purpose: String,
+    pub bytes: u64,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds; `None` when the file is kept until it is deleted.
+    pub expires_at: Option<i64>,
+}
+
+/// One page of a file listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilePage {
+    pub data: Vec<RemoteFile>,
+    pub has_more: bool,
+    /// The cursor for the next page (`after`).
+    pub last_id: Option<FileId>,
+}
+
 /// Where a provider batch is in its life (OpenAI's eight statuses; other providers map onto them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

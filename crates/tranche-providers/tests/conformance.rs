@@ -449,6 +449,40 @@ async fn list_pagination(target: Target) {
     assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), created);
 }
 
+/// Every file the account holds is listed once, page by page, with its purpose and name:
+/// the input tranche uploaded and the output the provider wrote. Providers without files list
+/// none.
+async fn file_listing(target: Target) {
+    let (sim, provider) = target.setup().await;
+    let provider = provider.as_ref();
+    let dir = tempfile::tempdir().unwrap();
+    let submitted = submit(target, provider, dir.path(), 2).await;
+    let ended = run_to_end(&sim, provider, &submitted.batch.id).await;
+    let mut listed = Vec::new();
+    let mut after: Option<FileId> = None;
+    for _ in 0..10 {
+        let page = provider.list_files(after.as_ref(), 1).await.unwrap();
+        assert!(page.data.len() <= 1);
+        listed.extend(page.data);
+        if !page.has_more {
+            break;
+        }
+        after = page.last_id.clone();
+    }
+    let Some(input) = submitted.input_file else {
+        assert!(listed.is_empty(), "{listed:?}");
+        return;
+    };
+    assert_eq!(listed.len() as u64, sim.stats().files_live, "{listed:?}");
+    let ids: BTreeSet<_> = listed.iter().map(|f| f.id.clone()).collect();
+    assert_eq!(ids.len(), listed.len(), "each file once");
+    let input = listed.iter().find(|f| f.id == input).unwrap();
+    assert_eq!(input.purpose, "batch");
+    assert_eq!(input.filename, format!("tranche-{}.jsonl", submitted.tranche));
+    let output = ended.output_file_id.unwrap();
+    assert_eq!(listed.iter().find(|f| f.id == output).unwrap().purpose, "batch_output");
+}
+
 async fn cancel(target: Target) {
     let (sim, provider) = target.setup().await;
     let provider = provider.as_ref();
@@ -665,6 +699,11 @@ macro_rules! conformance {
             #[tokio::test]
             async fn list_pagination() {
                 super::list_pagination($target).await;
+            }
+
+            #[tokio::test]
+            async fn file_listing() {
+                super::file_listing($target).await;
             }
 
             #[tokio::test]

@@ -83,8 +83,7 @@ impl AnswerStore for SqliteStore {
             Rejected::All => {}
             Rejected::Only(ids) => {
                 reject.push(" AND custom_id IN (SELECT value FROM json_each(");
-                let ids = serde_json::to_string(ids)
-                    .map_err(|e| StoreError::Corrupt(format!("custom ids: {e}")))?;
+                let ids = crate::json_list("custom ids", ids)?;
                 reject.push_bind(ids).push("))");
             }
         }

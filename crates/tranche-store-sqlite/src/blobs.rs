@@ -47,7 +47,7 @@ impl BlobIndex for SqliteStore {
     }
 
     async fn forget_blobs(&self, keys: &[String]) -> StoreResult<()> {
-        let keys = serde_json::to_string(keys).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let keys = crate::json_list("blob keys", keys)?;
         sqlx::query("DELETE FROM blob_objects WHERE key IN (SELECT value FROM json_each(?))")
             .bind(keys)
             .execute(&self.pool)

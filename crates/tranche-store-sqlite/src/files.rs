@@ -1,10 +1,10 @@
 //! Provider files, tracked until deleted.
 
 use sqlx::Row;
-use tranche_core::{AccountId, ProviderKind, TrancheId};
+use tranche_core::{AccountId, ProviderKind, TrancheId, TrancheState};
 use tranche_store::*;
 
-use crate::{SqliteStore, to_i64};
+use crate::{SqliteStore, parse, to_i64};
 
 #[async_trait::async_trait]
 impl FileStore for SqliteStore {
@@ -101,5 +101,120 @@ impl FileStore for SqliteStore {
         .fetch_one(&self.pool)
         .await?;
         Ok(crate::to_u64(row.try_get(0)?))
+    }
+
+    async fn file_owners(
+        &self,
+        provider: ProviderKind,
+        file_ids: &[String],
+    ) -> StoreResult<Vec<FileOwner>> {
+        let ids = crate::json_list("file ids", file_ids)?;
+        let rows = sqlx::query(
+            "SELECT f.file_id, f.tranche_id, t.state FROM provider_files AS f
+             JOIN tranches AS t ON t.id = f.tranche_id
+             WHERE f.provider = ? AND f.file_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(provider.as_str())
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let tranche: String = row.try_get(1)?;
+                let state: String = row.try_get(2)?;
+                Ok(FileOwner {
+                    file_id: row.try_get(0)?,
+                    tranche_id: parse("tranche id", &tranche)?,
+                    tranche_state: parse("tranche state", &state)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn tranche_states(
+        &self,
+        tranches: &[TrancheId],
+    ) -> StoreResult<Vec<(TrancheId, TrancheState)>> {
+        let ids: Vec<String> = tranches.iter().map(ToString::to_string).collect();
+        let rows = sqlx::query(
+            "SELECT id, state FROM tranches WHERE id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(crate::json_list("tranche ids", &ids)?)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get(0)?;
+                let state: String = row.try_get(1)?;
+                Ok((parse("tranche id", &id)?, parse("tranche state", &state)?))
+            })
+            .collect()
+    }
+
+    async fn uploads_since(
+        &self,
+        provider: ProviderKind,
+        account: Option<&AccountId>,
+        since: i64,
+    ) -> StoreResult<u64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM provider_files AS f JOIN tranches AS t ON t.id = f.tranche_id
+             WHERE f.provider = ? AND f.purpose = 'batch_input' AND f.created_at >= ?
+               AND t.account IS ?",
+        )
+        .bind(provider.as_str())
+        .bind(since)
+        .bind(account.map(AccountId::as_str))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(crate::to_u64(row.try_get(0)?))
+    }
+
+    async fn account_used(&self, account: &AccountId) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT EXISTS (SELECT 1 FROM tranches WHERE account = ?)")
+            .bind(account.as_str())
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<i64, _>(0)? != 0)
+    }
+
+    async fn record_file_audit(&self, audit: &FileAuditCounts) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO file_audits (account, at, total, inputs_with_expiry, inputs_without_expiry)
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(audit.account.as_str())
+        .bind(audit.at)
+        .bind(to_i64(audit.total))
+        .bind(to_i64(audit.inputs_with_expiry))
+        .bind(to_i64(audit.inputs_without_expiry))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn first_file_audit(
+        &self,
+        account: &AccountId,
+        since: i64,
+    ) -> StoreResult<Option<FileAuditCounts>> {
+        let row = sqlx::query(
+            "SELECT at, total, inputs_with_expiry, inputs_without_expiry FROM file_audits
+             WHERE account = ? AND at >= ? ORDER BY at LIMIT 1",
+        )
+        .bind(account.as_str())
+        .bind(since)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(FileAuditCounts {
+                account: account.clone(),
+                at: row.try_get(0)?,
+                total: crate::to_u64(row.try_get(1)?),
+                inputs_with_expiry: crate::to_u64(row.try_get(2)?),
+                inputs_without_expiry: crate::to_u64(row.try_get(3)?),
+            })
+        })
+        .transpose()
     }
 }

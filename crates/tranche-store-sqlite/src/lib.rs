@@ -74,6 +74,7 @@ fn migrator() -> Migrator {
         migration(11, "review", include_str!("../migrations/sqlite/0011_review.sql")),
         migration(12, "answer checks", include_str!("../migrations/sqlite/0012_answer_checks.sql")),
         migration(13, "paused jobs", include_str!("../migrations/sqlite/0013_paused_jobs.sql")),
+        migration(14, "file audits", include_str!("../migrations/sqlite/0014_file_audits.sql")),
     ])
 }
 
@@ -88,6 +89,12 @@ const INGEST_ROWS: usize = 512;
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+}
+
+/// A list as one JSON array, bound as a single parameter and read back with `json_each`
+/// (however many items there are, and no SQL built from them).
+fn json_list<T: serde::Serialize + ?Sized>(what: &str, items: &T) -> StoreResult<String> {
+    serde_json::to_string(items).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
 fn parse<T: FromStr>(what: &str, s: &str) -> StoreResult<T>

@@ -116,8 +116,7 @@ impl PlanStore for SqliteStore {
             return Ok(0);
         }
         let pairs: Vec<[i64; 2]> = answers.iter().map(|a| [a.request_id, a.answered_by]).collect();
-        let pairs = serde_json::to_string(&pairs)
-            .map_err(|e| StoreError::Corrupt(format!("answer pairs: {e}")))?;
+        let pairs = crate::json_list("answer pairs", &pairs)?;
         let mut tx = self.begin_write().await?;
         // A waiting request has no output yet (success is terminal), so the outputs copied
         // here mark exactly the requests answered.
@@ -205,8 +204,7 @@ impl PlanStore for SqliteStore {
         .bind(tranche.created_at)
         .execute(&mut *tx)
         .await?;
-        let ids = serde_json::to_string(request_ids)
-            .map_err(|e| StoreError::Corrupt(format!("request ids: {e}")))?;
+        let ids = crate::json_list("request ids", request_ids)?;
         let claimed = sqlx::query(
             "UPDATE requests SET state = 'queued', tranche_id = ?
              WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",

@@ -60,9 +60,10 @@ impl PruneStore for SqliteStore {
         outputs: &str,
         ignoring: &[JobId],
     ) -> StoreResult<bool> {
-        let ignoring =
-            serde_json::to_string(&ignoring.iter().map(ToString::to_string).collect::<Vec<_>>())
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let ignoring = crate::json_list(
+            "tranche ids",
+            &ignoring.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        )?;
         let row = sqlx::query(
             "SELECT NOT EXISTS (SELECT 1 FROM tranches WHERE id = ?1 AND state IN ('done', 'failed'))
                  OR EXISTS (SELECT 1 FROM job_tranches AS jt JOIN jobs AS j ON j.id = jt.job_id

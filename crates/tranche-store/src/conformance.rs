@@ -414,6 +414,40 @@ pub async fn provider_files_are_tracked_until_deleted(store: &dyn Store) {
     assert_eq!(store.leftover_files(openai, ours.as_ref()).await.unwrap(), ["file-out"]);
     assert!(store.leftover_files(ProviderKind::Azure, ours.as_ref()).await.unwrap().is_empty());
     assert_eq!(store.tranches_holding_files(openai, ours.as_ref(), other).await.unwrap(), 0);
+    // What a janitor asks: whose are these files, where do these tranches stand.
+    let asked = ["file-in".to_owned(), "file-x".to_owned(), "file-out".to_owned()];
+    let mut owners = store.file_owners(openai, &asked).await.unwrap();
+    owners.sort_by(|a, b| a.file_id.cmp(&b.file_id));
+    assert_eq!(
+        owners.iter().map(|o| o.file_id.as_str()).collect::<Vec<_>>(),
+        ["file-in", "file-out"]
+    );
+    assert!(
+        owners.iter().all(|o| o.tranche_id == tranche.id && o.tranche_state == TrancheState::Done)
+    );
+    assert!(store.file_owners(ProviderKind::Azure, &asked).await.unwrap().is_empty());
+    let states = store.tranche_states(&[tranche.id, other]).await.unwrap();
+    assert_eq!(states, [(tranche.id, TrancheState::Done)]);
+    assert!(store.account_used(&account()).await.unwrap());
+    let unused = AccountId::new(ProviderKind::Azure, "http://127.0.0.1:9/openai/v1");
+    assert!(!store.account_used(&unused).await.unwrap());
+    // Uploads by time, and audits kept in order.
+    assert_eq!(store.uploads_since(openai, ours.as_ref(), 1).await.unwrap(), 1);
+    assert_eq!(store.uploads_since(openai, ours.as_ref(), 2).await.unwrap(), 0);
+    assert_eq!(store.uploads_since(openai, None, 0).await.unwrap(), 0);
+    let audit = |at, inputs| FileAuditCounts {
+        account: account(),
+        at,
+        total: inputs + 1,
+        inputs_with_expiry: inputs,
+        inputs_without_expiry: 0,
+    };
+    assert_eq!(store.first_file_audit(&account(), 0).await.unwrap(), None);
+    store.record_file_audit(&audit(200, 7)).await.unwrap();
+    store.record_file_audit(&audit(100, 4)).await.unwrap();
+    assert_eq!(store.first_file_audit(&account(), 0).await.unwrap(), Some(audit(100, 4)));
+    assert_eq!(store.first_file_audit(&account(), 150).await.unwrap(), Some(audit(200, 7)));
+    assert_eq!(store.first_file_audit(&account(), 201).await.unwrap(), None);
 }
 
 const LONG: Duration = Duration::from_secs(60);

@@ -301,6 +301,29 @@ pub struct FileRecord {
     pub created_at: i64,
 }
 
+/// A provider file this store knows, with the tranche it belongs to and where that stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOwner {
+    pub file_id: String,
+    pub tranche_id: TrancheId,
+    pub tranche_state: TrancheState,
+}
+
+/// What one audit of an account's files counted, kept so that later audits can tell how fast
+/// the files the provider limits (batch input files) grow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileAuditCounts {
+    pub account: AccountId,
+    /// Unix seconds.
+    pub at: i64,
+    /// Every file the account holds.
+    pub total: u64,
+    /// Batch input files with an expiry.
+    pub inputs_with_expiry: u64,
+    /// Batch input files kept until deleted.
+    pub inputs_without_expiry: u64,
+}
+
 /// How many provider files tranche has made and deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct FileCounts {

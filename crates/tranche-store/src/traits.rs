@@ -267,6 +267,40 @@ pub trait FileStore: Send + Sync {
         account: Option<&AccountId>,
         except: TrancheId,
     ) -> StoreResult<u64>;
+
+    /// Of `file_ids`, the ones recorded here (deleted or not), each with its tranche.
+    async fn file_owners(
+        &self,
+        provider: ProviderKind,
+        file_ids: &[String],
+    ) -> StoreResult<Vec<FileOwner>>;
+
+    /// Where each of `tranches` that this store knows stands.
+    async fn tranche_states(
+        &self,
+        tranches: &[TrancheId],
+    ) -> StoreResult<Vec<(TrancheId, TrancheState)>>;
+
+    /// How many input files were uploaded for an account's tranches at or after `since`.
+    async fn uploads_since(
+        &self,
+        provider: ProviderKind,
+        account: Option<&AccountId>,
+        since: i64,
+    ) -> StoreResult<u64>;
+
+    /// Whether any tranche went to the account (its files are tranche's business).
+    async fn account_used(&self, account: &AccountId) -> StoreResult<bool>;
+
+    /// Keeps what an audit counted.
+    async fn record_file_audit(&self, audit: &FileAuditCounts) -> StoreResult<()>;
+
+    /// The account's earliest audit at or after `since`.
+    async fn first_file_audit(
+        &self,
+        account: &AccountId,
+        since: i64,
+    ) -> StoreResult<Option<FileAuditCounts>>;
 }
 
 /// Recording a tranche's results.

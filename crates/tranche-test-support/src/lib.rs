@@ -12,6 +12,7 @@
     reason = "test helpers fail loudly"
 )]
 
+pub mod foreign;
 pub mod harness;
 pub mod inputs;
 pub mod probe;

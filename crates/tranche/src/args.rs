@@ -62,6 +62,9 @@ pub enum Command {
     /// Forget jobs that ended long ago: their requests and the bytes no other job needs; each
     /// job's summary stays.
     Prune(PruneArgs),
+    /// Provider files: what each account holds and whose (audit), and deleting what no batch
+    /// needs (cleanup).
+    Files(FilesArgs),
     /// Serve the provider simulator on localhost.
     Sim(SimArgs),
 }
@@ -251,6 +254,10 @@ pub struct WorkerArgs {
     /// Exit once no job has work left.
     #[arg(long)]
     pub until_idle: bool,
+    /// Seconds between two cleanups of each account's provider files (one worker of the
+    /// deployment does each), decimals allowed [default: 3600; 0: never].
+    #[arg(long)]
+    pub janitor_interval: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -457,6 +464,9 @@ impl EngineArgs {
             file_expires_after: provider.file_expires_after,
             blob_store: blob_store.map(str::to_owned),
             parallel_steps: self.parallel_steps,
+            janitor_interval: None,
+            orphan_grace: None,
+            file_limits: std::collections::BTreeMap::new(),
         })
     }
 }
@@ -503,4 +513,55 @@ impl InputArgs {
             review_seed: self.review_seed,
         })
     }
+}
+
+#[derive(Debug, Args)]
+pub struct FilesArgs {
+    #[command(subcommand)]
+    pub command: FilesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FilesCommand {
+    /// Count each account's files by purpose, expiry and owner (`owned`, `orphaned`,
+    /// `foreign`), with its limits, recent uploads and the days left to each limit.
+    Audit(FilesAuditArgs),
+    /// Delete what no batch needs: files of ended tranches, orphans past the grace period,
+    /// and other applications' batch files with --include-foreign. Files a live batch names
+    /// (whoever made it) are never deleted.
+    Cleanup(FilesCleanupArgs),
+}
+
+/// Which accounts a `files` command reaches.
+#[derive(Debug, Clone, Args)]
+pub struct FilesTarget {
+    /// Only this provider's account [default: every provider whose credentials are set].
+    #[arg(long = "provider", value_parser = parse_provider)]
+    pub kind: Option<ProviderKind>,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct FilesAuditArgs {
+    #[command(flatten)]
+    pub target: FilesTarget,
+    /// Print JSON: `{"accounts": [...]}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct FilesCleanupArgs {
+    #[command(flatten)]
+    pub target: FilesTarget,
+    /// Print what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Delete other applications' batch input and output files too.
+    #[arg(long)]
+    pub include_foreign: bool,
+    /// Print JSON: `{"accounts": [...]}`, each with the files deleted.
+    #[arg(long)]
+    pub json: bool,
 }

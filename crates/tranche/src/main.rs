@@ -56,6 +56,9 @@ fn main() -> ExitCode {
             Command::Prune(args) => {
                 with_app(global, |app| commands::prune::run(app, global, args)).await
             }
+            Command::Files(args) => {
+                with_app(global, |app| commands::files::run(app, global, args)).await
+            }
             Command::Sim(args) => commands::sim::run(args).await,
         }
     });

@@ -2,7 +2,7 @@
 //! blob store.
 
 use tracing::{debug, info, warn};
-use tranche_core::{AccountId, ProviderKind, TrancheState};
+use tranche_core::TrancheState;
 use tranche_providers::{BatchId, FileId, Provider};
 use tranche_store::{TrancheRecord, TrancheUpdate};
 
@@ -32,32 +32,6 @@ impl Engine {
         self.transition(lease, TrancheUpdate::to(TrancheState::Done, self.now())).await?;
         info!(tranche = %tranche.id, "tranche done");
         Ok(())
-    }
-
-    /// Deletes the files tranches of an account left at the provider after they ended (a
-    /// delete that failed then): safe, no batch needs them. Returns how many were deleted.
-    pub(crate) async fn delete_leftover_files(
-        &self,
-        provider_kind: ProviderKind,
-        account: Option<&AccountId>,
-    ) -> u64 {
-        let Ok(provider) = self.provider(provider_kind) else { return 0 };
-        let leftovers = match self.store.leftover_files(provider_kind, account).await {
-            Ok(files) => files,
-            Err(e) => {
-                warn!(provider = %provider_kind, error = %e, "cannot list files left by ended tranches");
-                return 0;
-            }
-        };
-        let mut deleted = 0;
-        for file in leftovers {
-            if provider.delete_file(&FileId::new(file.as_str())).await.is_ok()
-                && self.store.mark_file_deleted(provider_kind, &file, self.now()).await.is_ok()
-            {
-                deleted += 1;
-            }
-        }
-        deleted
     }
 
     /// Deletes a tranche's live provider files as far as the provider lets it, for a tranche

@@ -2,6 +2,7 @@
 
 pub mod cancel;
 pub mod demo;
+pub mod files;
 pub mod prune;
 pub mod reparse;
 pub mod results;

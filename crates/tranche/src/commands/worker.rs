@@ -10,7 +10,11 @@ use crate::context;
 use crate::exit::CmdResult;
 
 pub async fn run(app: App, global: &Global, args: WorkerArgs) -> CmdResult {
-    let engine = context::engine(&app, global, &args.provider, None, &args.engine).await?;
+    let mut settings = context::engine_settings(global, &args.engine, &args.provider)?;
+    settings.janitor_interval = args.janitor_interval.or(settings.janitor_interval);
+    let engine = context::engine(&app, global, &args.provider, None, &args.engine)
+        .await?
+        .with_janitor(settings.janitor_interval()?);
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {

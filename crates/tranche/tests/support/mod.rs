@@ -47,6 +47,8 @@ impl Env {
             cmd.env_remove(format!("TRANCHE_{key}"));
         }
         cmd.env_remove("TRANCHE_FILE_EXPIRES_AFTER")
+            .env_remove("TRANCHE_JANITOR_INTERVAL")
+            .env_remove("TRANCHE_ORPHAN_GRACE")
             .env_remove("OPENAI_BASE_URL")
             .env_remove("OPENAI_API_VERSION")
             .env_remove("AZURE_OPENAI_ENDPOINT")
