@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::{debug, info, warn};
 use tranche_blob::BlobRef;
@@ -80,7 +81,7 @@ impl Engine {
     }
 
     /// The same engine cleaning up provider files every `interval` (`None`: never).
-    pub fn with_janitor(mut self, interval: Option<std::time::Duration>) -> Self {
+    pub fn with_janitor(mut self, interval: Option<Duration>) -> Self {
         self.config.janitor_interval = interval;
         self
     }
@@ -304,8 +305,8 @@ impl Engine {
         // The state the step had reached (it may have recorded an intent since it began).
         let reached = lease.held().state;
         let credentials = policy::waits_for_credentials(e.status, reached);
-        let storage_full =
-            policy::is_storage_limit(e.code.as_deref()) && reached == TrancheState::Uploading;
+        let storage_full = policy::is_storage_limit(e.code.as_deref(), &e.message)
+            && reached == TrancheState::Uploading;
         if storage_full {
             return self.wait_for_storage(tranche, lease, e, &error).await;
         }
@@ -390,7 +391,20 @@ impl Engine {
         let freed = self.free_storage(tranche.provider).await;
         let holding =
             self.store.tranches_holding_files(tranche.provider, account, tranche.id).await?;
-        let wait = policy::upstream_wait(e.retry_after, self.config.retry_backoff);
+        // The wait before this one, when it too was for room in the storage.
+        let previous = tranche
+            .last_error
+            .as_ref()
+            .is_some_and(|last| {
+                let message = last["message"].as_str().unwrap_or_default();
+                policy::is_storage_limit(last["code"].as_str(), message)
+            })
+            .then(|| {
+                Duration::from_secs(
+                    u64::try_from(tranche.not_before - tranche.updated_at).unwrap_or(0),
+                )
+            });
+        let wait = policy::storage_wait(e.retry_after, self.config.retry_backoff, previous);
         if freed == 0 && holding == 0 {
             // Waiting for tranche's own files cannot help: the jobs pause (not fail) until an
             // upload succeeds; `run` stops and says why, a worker keeps trying.

@@ -128,16 +128,36 @@ pub(crate) fn waits_for_credentials(status: Option<u16>, state: TrancheState) ->
         )
 }
 
-/// Whether an upload was refused because the account's file storage is full (Azure's
-/// `quotaExceeded`: 500 input files without expiry, 10,000 with, per resource).
-pub(crate) fn is_storage_limit(code: Option<&str>) -> bool {
-    matches!(code, Some("quotaExceeded"))
+/// Whether an upload was refused because the account's file storage is full: Azure's
+/// `quotaExceeded` (500 input files without expiry, 10,000 with, per resource), or OpenAI's
+/// storage quota, which comes without a code ("You have exceeded your file storage quota.",
+/// bespokelabsai/curator#189).
+pub(crate) fn is_storage_limit(code: Option<&str>, message: &str) -> bool {
+    match code {
+        Some(code) => code == "quotaExceeded",
+        None => message.contains("exceeded your file storage quota"),
+    }
 }
 
 /// How long to wait after a retryable upstream failure: the provider's `Retry-After`, never
 /// less than the configured backoff.
 pub(crate) fn upstream_wait(retry_after: Option<Duration>, backoff: Duration) -> Duration {
     retry_after.unwrap_or(backoff).max(backoff)
+}
+
+/// The longest wait for room in a full file storage.
+const STORAGE_WAIT_MAX: Duration = Duration::from_secs(15 * 60);
+
+/// How long a tranche waits for room in a full file storage: the upstream wait at first, then
+/// twice the wait before it (`previous`, when the last refusal was also for storage), up to 15
+/// minutes, so that a paused account is not sent the same file every few seconds all day.
+pub(crate) fn storage_wait(
+    retry_after: Option<Duration>,
+    backoff: Duration,
+    previous: Option<Duration>,
+) -> Duration {
+    let first = upstream_wait(retry_after, backoff);
+    previous.map_or(first, |p| (p * 2).clamp(first, STORAGE_WAIT_MAX.max(first)))
 }
 
 /// What becomes of the requests an ended batch's files did not mention.
@@ -402,8 +422,17 @@ mod tests {
         assert!(waits_for_credentials(Some(403), TrancheState::Cleaning));
         assert!(!waits_for_credentials(Some(401), TrancheState::Creating), "no batch yet");
         assert!(!waits_for_credentials(Some(404), TrancheState::Submitted));
-        assert!(is_storage_limit(Some("quotaExceeded")));
-        assert!(!is_storage_limit(Some("invalid_request_error")));
+        assert!(is_storage_limit(Some("quotaExceeded"), "The quota for files ..."));
+        assert!(is_storage_limit(None, "You have exceeded your file storage quota. ..."));
+        assert!(!is_storage_limit(Some("invalid_request_error"), "Invalid file."));
+        assert!(!is_storage_limit(None, "File is too large."));
+        let (five, ten) = (Duration::from_secs(5), Duration::from_secs(10));
+        assert_eq!(storage_wait(None, five, None), five);
+        assert_eq!(storage_wait(None, five, Some(five)), ten, "doubling");
+        assert_eq!(storage_wait(None, five, Some(Duration::ZERO)), five, "never below the backoff");
+        assert_eq!(storage_wait(None, five, Some(STORAGE_WAIT_MAX)), STORAGE_WAIT_MAX, "capped");
+        let hour = Duration::from_secs(3600);
+        assert_eq!(storage_wait(Some(hour), five, Some(five)), hour, "Retry-After wins");
         assert_eq!(job_outcome(false, true, true), JobState::Failed);
         assert_eq!(job_outcome(false, false, true), JobState::NeedsReview);
         assert_eq!(job_outcome(false, false, false), JobState::Done);

@@ -138,6 +138,30 @@ async fn a_job_larger_than_the_file_quota_completes_by_waiting_for_its_own_files
 }
 
 #[tokio::test]
+async fn openais_storage_quota_is_waited_out_as_azures_is() {
+    let setup = Harness::new().await;
+    setup.sim.update_config(|c| c.openai.max_storage_bytes = 1_000);
+    let engine = setup.engine(Some(2)).await;
+    let job = submit(&engine, &keyed_lines(12)).await;
+    engine.tick().await.unwrap();
+    let tranches = engine.store().job_unfinished_tranches(job).await.unwrap();
+    let refused = |t: &&tranche_store::TrancheRecord| {
+        t.last_error.as_ref().is_some_and(|e| {
+            e["status"] == 400
+                && e["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("You have exceeded your file storage quota.")
+        })
+    };
+    let waiting = tranches.iter().filter(refused).count();
+    assert!(waiting > 0 && waiting < tranches.len(), "some wait for room: {tranches:?}");
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    assert_eq!(engine.store().job_counts(job).await.unwrap().succeeded, 12);
+    assert_eq!(setup.sim.stats().files_live, 0);
+}
+
+#[tokio::test]
 async fn a_result_file_gone_before_it_was_copied_sends_its_requests_again() {
     let setup = Harness::new().await;
     let engine = setup.engine(None).await;

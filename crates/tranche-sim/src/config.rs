@@ -422,6 +422,10 @@ pub struct OpenAiConfig {
     pub max_requests_per_batch: usize,
     /// Largest batch input file (default 209,715,200 bytes).
     pub max_batch_input_bytes: u64,
+    /// Bytes of live files the project may store; an upload past it is refused with `400`
+    /// "You have exceeded your file storage quota." (default 2.5 TB: "each project can store
+    /// up to 2.5 TB of files in total").
+    pub max_storage_bytes: u64,
 }
 
 impl Default for OpenAiConfig {
@@ -431,6 +435,7 @@ impl Default for OpenAiConfig {
             enqueued_token_limits: BTreeMap::new(),
             max_requests_per_batch: 50_000,
             max_batch_input_bytes: 209_715_200,
+            max_storage_bytes: 2_500_000_000_000,
         }
     }
 }
@@ -442,6 +447,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("enqueued_token_limits", &self.enqueued_token_limits)
             .field("max_requests_per_batch", &self.max_requests_per_batch)
             .field("max_batch_input_bytes", &self.max_batch_input_bytes)
+            .field("max_storage_bytes", &self.max_storage_bytes)
             .finish()
     }
 }

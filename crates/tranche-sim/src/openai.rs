@@ -615,8 +615,29 @@ async fn upload_file_inner(
             .azure_code("quotaExceeded"));
         }
     }
+    if !surface.is_azure() {
+        sim.sync();
+        let max = sim.config.openai.max_storage_bytes;
+        if sim.files.stored_bytes(provider).saturating_add(content.len()) > max {
+            // As OpenAI answers it (no code), seen in bespokelabsai/curator#189.
+            return Err(ApiError::invalid(format!(
+                "You have exceeded your file storage quota. Organizations are limited to {} of files. Please delete old files or attempt with a smaller file size.",
+                storage_size(max)
+            )));
+        }
+    }
     let record = sim.upload_file(provider, purpose, filename, content, expiry);
     Ok(axum::Json(file_json(&record)).into_response())
+}
+
+/// A storage size as OpenAI's message words it ("100 GB"); bytes below a gigabyte.
+fn storage_size(bytes: u64) -> String {
+    const GB: u64 = 1_000_000_000;
+    if bytes >= GB && bytes.is_multiple_of(GB) {
+        format!("{} GB", bytes / GB)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 fn parse_limit(

@@ -145,6 +145,11 @@ impl Files {
         u64::try_from(n).unwrap_or(u64::MAX)
     }
 
+    /// Bytes of a provider's live files.
+    pub(crate) fn stored_bytes(&self, provider: Provider) -> u64 {
+        self.by_seq.values().filter(|f| f.provider == provider).map(FileRecord::bytes).sum()
+    }
+
     /// One page of files in creation order (`descending` = newest first), after the cursor.
     pub(crate) fn page(
         &self,
