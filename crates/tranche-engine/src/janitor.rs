@@ -107,7 +107,8 @@ pub struct FileAudit {
 pub struct CleanupOptions {
     /// List what would be deleted, delete nothing.
     pub dry_run: bool,
-    /// Delete other applications' batch files too.
+    /// Delete other applications' batch input and output files too (never their batches'
+    /// error files, kept for their investigation).
     pub include_foreign: bool,
 }
 
@@ -150,6 +151,8 @@ struct Seen {
     tranche: Option<(TrancheId, TrancheState)>,
     /// Whether a batch that has not ended names it.
     live: bool,
+    /// Whether it is some batch's error file.
+    errors: bool,
 }
 
 /// An account's files and batches, read from the provider and matched with the store.
@@ -251,8 +254,11 @@ impl Engine {
                 FileClass::Orphaned => {
                     grace == 0 || now.saturating_sub(seen.file.created_at) >= grace
                 }
+                // Another application's error files are kept for its investigation (tranche's
+                // own are copied before they are deleted).
                 FileClass::Foreign => {
                     options.include_foreign
+                        && !seen.errors
                         && matches!(seen.file.purpose.as_str(), "batch" | "batch_output")
                 }
             };
@@ -341,6 +347,7 @@ impl Engine {
         // Which batches name which files, and the tranche their metadata names.
         let mut named: HashMap<FileId, Option<TrancheId>> = HashMap::new();
         let mut live_named: HashSet<FileId> = HashSet::new();
+        let mut error_files: HashSet<FileId> = HashSet::new();
         let mut live_batches = 0;
         let mut after: Option<BatchId> = None;
         loop {
@@ -352,6 +359,7 @@ impl Engine {
                     .metadata
                     .get(TRANCHE_ID_METADATA_KEY)
                     .and_then(|id| id.parse::<TrancheId>().ok());
+                error_files.extend(batch.error_file_id.clone());
                 for file in [&batch.input_file_id, &batch.output_file_id, &batch.error_file_id]
                     .into_iter()
                     .flatten()
@@ -393,6 +401,7 @@ impl Engine {
             .zip(pointed)
             .map(|(file, pointed)| {
                 let live = live_named.contains(&file.id);
+                let errors = error_files.contains(&file.id);
                 let (class, tranche) = if let Some(owner) = owners.get(file.id.as_str()) {
                     (FileClass::Owned, Some(*owner))
                 } else if let Some(tranche) = pointed {
@@ -403,7 +412,7 @@ impl Engine {
                 } else {
                     (FileClass::Foreign, None)
                 };
-                Seen { file, class, tranche, live }
+                Seen { file, class, tranche, live, errors }
             })
             .collect();
         Ok(Survey { files, live_batches })

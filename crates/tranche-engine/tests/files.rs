@@ -367,3 +367,27 @@ async fn the_janitor_never_deletes_a_file_a_live_batch_or_a_running_tranche_need
     assert_eq!(uploads.len(), 10);
     assert!(uploads.values().all(|n| *n == 1), "each input uploaded once: {uploads:?}");
 }
+
+#[tokio::test]
+async fn another_applications_error_files_are_kept_for_its_investigation() {
+    let setup = Harness::new().await;
+    let fault = tranche_sim::LineFault {
+        provider: "openai".into(),
+        kind: tranche_sim::LineFaultKind::Fatal,
+        rate: 1.0,
+    };
+    setup.sim.set_line_faults(vec![fault]);
+    let foreign = Foreign::openai(&setup.sim.openai_base_url());
+    let input = foreign.upload("theirs.jsonl", None).await;
+    foreign.create_batch(&input).await.unwrap();
+    setup.sim.advance(86_400.0);
+    let engine = setup.engine(None).await;
+    let adapter = setup.openai_at(setup.sim.openai_base_url());
+    let batch = adapter.list_batches(None, 10).await.unwrap().data.remove(0);
+    let errors = batch.error_file_id.expect("every line failed");
+    let everything = CleanupOptions { include_foreign: true, ..CleanupOptions::default() };
+    let report = engine.clean_files(ProviderKind::Openai, everything).await.unwrap();
+    let deleted: Vec<_> = report.deleted.iter().map(|f| f.id.as_str()).collect();
+    assert_eq!(deleted, [input.as_str()], "the input goes, the error file stays");
+    assert!(foreign.has_file(errors.as_str()).await);
+}
