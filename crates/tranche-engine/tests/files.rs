@@ -391,3 +391,70 @@ async fn another_applications_error_files_are_kept_for_its_investigation() {
     assert_eq!(deleted, [input.as_str()], "the input goes, the error file stays");
     assert!(foreign.has_file(errors.as_str()).await);
 }
+
+/// Ticks `engine`, moving the simulator's clock `step` seconds between ticks, until `job` ends
+/// (or 200 ticks have passed); the state it reached.
+async fn run_with_steps(
+    setup: &Harness,
+    engine: &Engine,
+    job: tranche_core::JobId,
+    step: f64,
+) -> JobState {
+    let mut state = JobState::Running;
+    for _ in 0..200 {
+        engine.tick().await.unwrap();
+        state = engine.store().job(job).await.unwrap().unwrap().state;
+        if state.is_terminal() {
+            break;
+        }
+        setup.sim.advance(step);
+    }
+    state
+}
+
+#[tokio::test]
+async fn every_path_leaves_no_file_behind() {
+    // Batches that expire every time (a day passes between ticks, a line takes longer).
+    let setup = Harness::new().await;
+    setup.sim.update_config(|c| c.processing.requests_per_second = 1e-9);
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &keyed_lines(4)).await;
+    assert_eq!(run_with_steps(&setup, &engine, job, 90_000.0).await, JobState::Done);
+    assert_eq!(engine.store().job_counts(job).await.unwrap().failed, 4, "every attempt expired");
+    let stats = setup.sim.stats();
+    assert_eq!((stats.batches_created, stats.requests_billed), (2 * 3, 0));
+    assert_eq!((stats.files_uploaded > 0, stats.files_live), (true, 0), "expired");
+
+    // A job cancelled while its batches run.
+    let setup = Harness::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &keyed_lines(4)).await;
+    for _ in 0..3 {
+        engine.tick().await.unwrap();
+    }
+    assert!(setup.sim.stats().batches_created > 0);
+    engine.cancel_job(job).await.unwrap();
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Cancelled);
+    assert_eq!(setup.sim.stats().files_live, 0, "cancelled");
+
+    // Batches that fail validation (the enqueued-token limit) until their returns run out.
+    let setup = Harness::new().await;
+    setup.sim.update_config(|c| {
+        c.openai.enqueued_token_limits.insert("*".into(), 1);
+    });
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &keyed_lines(4)).await;
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    assert_eq!(engine.store().job_counts(job).await.unwrap().failed, 4);
+    let stats = setup.sim.stats();
+    assert!(stats.batches_created > 0);
+    assert_eq!(stats.files_live, 0, "failed validation");
+
+    // An upload refused outright.
+    let setup = Harness::new().await;
+    with_faults(&setup, json!([{"operation": "upload", "status": 400, "code": "invalid_file"}]));
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &keyed_lines(4)).await;
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Failed);
+    assert_eq!(setup.sim.stats().files_live, 0, "upload refused");
+}
