@@ -1,0 +1,234 @@
+//! Jobs: recording them (through `writer.rs`), moving them through their life, cancelling.
+
+use sqlx::Row;
+use tranche_core::{JobId, JobState, TrancheId};
+use tranche_store::*;
+
+use crate::rows::*;
+use crate::writer::PgJobWriter;
+use crate::{PgStore, parse, to_u64};
+
+#[async_trait::async_trait]
+impl JobStore for PgStore {
+    async fn begin_job(&self, job: NewJob) -> StoreResult<Box<dyn JobWriter>> {
+        let settings = serde_json::to_string(&job.settings)
+            .map_err(|e| StoreError::Corrupt(format!("job settings: {e}")))?;
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO jobs (id, provider, state, source, settings, tenant, body_object, accepted,
+                               awaits_review, created_at, updated_at)
+             VALUES ($1, $2, 'pending', $3, $4, $5, $6, 0, $7, $8, $9)",
+        )
+        .bind(job.id.to_string())
+        .bind(job.provider.as_str())
+        .bind(job.source.as_deref())
+        .bind(settings)
+        .bind(job.settings.tenant.as_deref())
+        .bind(job.body_object.as_deref())
+        .bind(job.settings.review_sample.is_some())
+        .bind(job.created_at)
+        .bind(job.created_at)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(check) = &job.answer_check {
+            crate::answers::record_check(&mut tx, check, job.created_at).await?;
+        }
+        // Request ids come from the `request_ids` sequence as the writer flushes, a chunk at a
+        // time: other jobs are written at the same time, and ids taken from the sequence are
+        // never handed out twice.
+        let check = job.settings.answer_check.clone();
+        Ok(Box::new(PgJobWriter::new(tx, job.id.to_string(), job.provider, check)))
+    }
+
+    async fn job(&self, id: JobId) -> StoreResult<Option<JobRecord>> {
+        let row = sqlx::query(
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at, review_verdict,
+                    reviewed_by, reviewed_at, paused_error
+             FROM jobs WHERE id = $1",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| job_from_row(&r)).transpose()
+    }
+
+    async fn recent_jobs(&self, limit: u32) -> StoreResult<Vec<JobRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at, review_verdict,
+                    reviewed_by, reviewed_at, paused_error
+             FROM jobs ORDER BY created_at DESC, id DESC LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn open_jobs(&self) -> StoreResult<Vec<JobRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, provider, state, source, settings, accepted, last_error,
+                    cancel_requested, created_at, updated_at, finished_at, review_verdict,
+                    reviewed_by, reviewed_at, paused_error
+             FROM jobs WHERE state IN ('pending', 'running') ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn set_job_state(
+        &self,
+        id: JobId,
+        state: JobState,
+        last_error: Option<&serde_json::Value>,
+        at: i64,
+    ) -> StoreResult<bool> {
+        let finished_at = state.is_terminal().then_some(at);
+        let done = sqlx::query(
+            "UPDATE jobs SET state = $1, last_error = COALESCE($2, last_error), updated_at = $3,
+                    finished_at = COALESCE(finished_at, $4)
+             WHERE id = $5 AND state IN ('pending', 'running')",
+        )
+        .bind(state.as_str())
+        .bind(last_error.map(serde_json::Value::to_string))
+        .bind(at)
+        .bind(finished_at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn set_jobs_paused(
+        &self,
+        tranche: TrancheId,
+        error: Option<&serde_json::Value>,
+        at: i64,
+    ) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE jobs SET paused_error = $1, updated_at = $2
+             WHERE state IN ('pending', 'running') AND paused_error IS DISTINCT FROM $1
+               AND id IN (SELECT job_id FROM job_tranches WHERE tranche_id = $3)",
+        )
+        .bind(error.map(serde_json::Value::to_string))
+        .bind(at)
+        .bind(tranche.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn move_jobs_of_tranche(
+        &self,
+        tranche: TrancheId,
+        from: JobState,
+        to: JobState,
+        at: i64,
+    ) -> StoreResult<u64> {
+        let moved = sqlx::query(
+            "UPDATE jobs SET state = $1, updated_at = $2
+             WHERE state = $3 AND id IN (SELECT job_id FROM job_tranches WHERE tranche_id = $4)",
+        )
+        .bind(to.as_str())
+        .bind(at)
+        .bind(from.as_str())
+        .bind(tranche.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(moved.rows_affected())
+    }
+
+    async fn job_has_open_requests(&self, id: JobId) -> StoreResult<bool> {
+        let row = sqlx::query(
+            "SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = $1 AND state IN ('pending', 'queued'))",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn job_open_tranches(&self, id: JobId) -> StoreResult<u64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+             WHERE j.job_id = $1 AND t.state NOT IN ('done', 'failed')",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(to_u64(row.try_get(0)?))
+    }
+
+    async fn jobs_of_tranche(&self, tranche: TrancheId) -> StoreResult<Vec<JobId>> {
+        let rows =
+            sqlx::query("SELECT job_id FROM job_tranches WHERE tranche_id = $1 ORDER BY job_id")
+                .bind(tranche.to_string())
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get(0)?;
+                parse("job id", &id)
+            })
+            .collect()
+    }
+
+    async fn cancel_job(&self, id: JobId, at: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE jobs SET cancel_requested = true, updated_at = $1 WHERE id = $2")
+            .bind(at)
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        // A request a planner is claiming right now is waited for: it ends queued (claimed),
+        // or pending and then cancelled here.
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'cancelled', finished_at = $1, tranche_id = NULL
+             WHERE job_id = $2 AND state = 'pending'",
+        )
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn job_live_tranches(&self, id: JobId) -> StoreResult<Vec<(TrancheRecord, bool)>> {
+        let rows = sqlx::query(
+            "SELECT t.*, NOT EXISTS (SELECT 1 FROM requests o
+                                     WHERE o.tranche_id = t.id AND o.job_id <> $1) AS exclusive
+             FROM tranches t
+             WHERE t.state NOT IN ('done', 'failed')
+               AND t.id IN (SELECT DISTINCT tranche_id FROM requests
+                            WHERE job_id = $1 AND state = 'queued' AND tranche_id IS NOT NULL)
+             ORDER BY t.created_at, t.id",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|row| Ok((tranche_from_row(row)?, row.try_get("exclusive")?))).collect()
+    }
+
+    async fn detach_job(&self, job: JobId, tranche: TrancheId, at: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'cancelled', finished_at = $1
+             WHERE job_id = $2 AND tranche_id = $3 AND state = 'queued'",
+        )
+        .bind(at)
+        .bind(job.to_string())
+        .bind(tranche.to_string())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM job_tranches WHERE job_id = $1 AND tranche_id = $2")
+            .bind(job.to_string())
+            .bind(tranche.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+}

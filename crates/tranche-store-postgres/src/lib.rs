@@ -1,0 +1,170 @@
+//! tranche's PostgreSQL store: one database shared by engines on many hosts, migrations embedded
+//! in the binary. Writes run in ordinary transactions; claims skip rows another engine has
+//! locked instead of waiting for them, and a lock, serialization or deadlock failure is
+//! contention the engine retries. Leases are judged by PostgreSQL's clock. Implements every
+//! `tranche_store` trait.
+
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, SqlSafeStr, Transaction};
+use tranche_store::{DeploymentStore, Store, StoreError, StoreResult};
+
+/// The database's clock in unix milliseconds, as an SQL expression. A macro so that statements
+/// stay string literals (`concat!`), never built at run time. Leases are judged by it.
+/// `clock_timestamp()`, not `now()`: the time the statement runs, not the time its transaction
+/// began.
+macro_rules! db_now_ms {
+    () => {
+        "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+    };
+}
+
+mod answers;
+mod blobs;
+mod files;
+mod ingest;
+mod jobs;
+mod leases;
+mod plan;
+mod prune;
+mod queries;
+mod rows;
+mod tranches;
+mod writer;
+
+fn migrator() -> Migrator {
+    let migration = |version, name, sql: &'static str| {
+        Migration::new(
+            version,
+            Cow::Borrowed(name),
+            MigrationType::Simple,
+            sql.into_sql_str(),
+            false,
+        )
+    };
+    Migrator::with_migrations(vec![migration(
+        1,
+        "init",
+        include_str!("../migrations/postgres/0001_init.sql"),
+    )])
+}
+
+/// Request rows per chunk at submit. Each chunk is one statement binding one array per column
+/// (so the bind-parameter limit of 65,535 never comes near), and the same statement text
+/// whatever the chunk's length, so it stays prepared.
+const INSERT_ROWS: usize = 512;
+
+/// Result lines recorded per statement at ingest.
+const INGEST_ROWS: usize = 512;
+
+/// How long a statement waits for a row another engine holds before it gives up with
+/// `lock_not_available`, which the engine takes as contention and retries (SQLite's busy
+/// timeout plays the same part).
+const LOCK_TIMEOUT: &str = "30s";
+
+/// The PostgreSQL store. Cheap to clone; clones share one connection pool.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+fn parse<T: FromStr>(what: &str, s: &str) -> StoreResult<T>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse::<T>().map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+fn json_opt(s: Option<String>) -> StoreResult<Option<serde_json::Value>> {
+    s.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("json: {e}"))))
+        .transpose()
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl PgStore {
+    /// Connects to the database at a `postgres://` URL (the database must exist) and brings its
+    /// schema up to date.
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        let location = redacted(url);
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|source| StoreError::Open { location: location.clone(), source })?
+            .application_name("tranche")
+            .options([("lock_timeout", LOCK_TIMEOUT)]);
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(options)
+            .await
+            .map_err(|source| StoreError::Open { location, source })?;
+        // sqlx's PostgreSQL migrator holds an advisory lock while it runs: engines started
+        // together on a database that needs migrating take turns, and the later ones find the
+        // migrations applied.
+        migrator().run(&pool).await.map_err(|e| StoreError::Migrate(Box::new(e)))?;
+        Ok(Self { pool })
+    }
+
+    /// Starts a transaction that writes. Read committed: every compare-and-set is one statement
+    /// whose condition PostgreSQL checks again on the row's newest version, and claims lock
+    /// the rows they take.
+    async fn begin_write(&self) -> StoreResult<Transaction<'static, Postgres>> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
+/// A URL without its password, for error messages.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let Some((credentials, host)) = rest.rsplit_once('@') else { return url.to_owned() };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+#[async_trait::async_trait]
+impl DeploymentStore for PgStore {
+    async fn deployment_fact(&self, key: &str, proposed: &str) -> StoreResult<String> {
+        sqlx::query(
+            "INSERT INTO deployment (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(proposed)
+        .execute(&self.pool)
+        .await?;
+        let row = sqlx::query("SELECT value FROM deployment WHERE key = $1")
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(sqlx::Row::try_get(&row, 0)?)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for PgStore {
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_reaches_an_error_message() {
+        assert_eq!(redacted("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redacted("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redacted("postgres:///db"), "postgres:///db");
+    }
+}

@@ -1,0 +1,90 @@
+//! Retention: a finished job's request rows removed in one transaction, its summary kept, and
+//! the questions that decide which bytes no other job needs.
+
+use sqlx::Row;
+use tranche_core::{JobId, TrancheId};
+use tranche_store::*;
+
+use crate::PgStore;
+use crate::rows::job_from_row;
+
+#[async_trait::async_trait]
+impl PruneStore for PgStore {
+    async fn prunable_jobs(&self, before: i64) -> StoreResult<Vec<(JobRecord, bool)>> {
+        let rows = sqlx::query(
+            "SELECT *, pruned_at IS NULL AS rows_kept FROM jobs
+             WHERE bytes_pruned_at IS NULL AND finished_at <= $1
+               AND state IN ('done', 'failed', 'cancelled')
+             ORDER BY finished_at, id",
+        )
+        .bind(before)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|row| Ok((job_from_row(row)?, row.try_get("rows_kept")?))).collect()
+    }
+
+    async fn prune_job_rows(&self, job: JobId, at: i64) -> StoreResult<u64> {
+        let id = job.to_string();
+        let mut tx = self.begin_write().await?;
+        let ended = sqlx::query(
+            "UPDATE jobs SET pruned_at = COALESCE(pruned_at, $1)
+             WHERE id = $2 AND state IN ('done', 'failed', 'cancelled')",
+        )
+        .bind(at)
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
+        if ended.rows_affected() == 0 {
+            return Ok(0);
+        }
+        for statement in [
+            "DELETE FROM attempts WHERE request_id IN (SELECT id FROM requests WHERE job_id = $1)",
+            "DELETE FROM request_bodies WHERE request_id IN (SELECT id FROM requests WHERE job_id = $1)",
+            "DELETE FROM request_outputs WHERE request_id IN (SELECT id FROM requests WHERE job_id = $1)",
+        ] {
+            sqlx::query(statement).bind(&id).execute(&mut *tx).await?;
+        }
+        let removed = sqlx::query("DELETE FROM requests WHERE job_id = $1")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(removed.rows_affected())
+    }
+
+    async fn tranche_in_use(
+        &self,
+        tranche: TrancheId,
+        outputs: &str,
+        ignoring: &[JobId],
+    ) -> StoreResult<bool> {
+        let ignoring: Vec<String> = ignoring.iter().map(ToString::to_string).collect();
+        let row = sqlx::query(
+            "SELECT NOT EXISTS (SELECT 1 FROM tranches WHERE id = $1 AND state IN ('done', 'failed'))
+                 OR EXISTS (SELECT 1 FROM job_tranches AS jt JOIN jobs AS j ON j.id = jt.job_id
+                            WHERE jt.tranche_id = $1 AND j.pruned_at IS NULL
+                              AND NOT (j.id = ANY($3)))
+                 OR EXISTS (SELECT 1 FROM requests
+                            WHERE cached AND output_object = $2
+                              AND NOT (job_id = ANY($3)))",
+        )
+        .bind(tranche.to_string())
+        .bind(outputs)
+        .bind(ignoring)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn job_pruned(&self, job: JobId, at: i64) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE jobs SET bytes_pruned_at = COALESCE(bytes_pruned_at, $1)
+             WHERE id = $2 AND pruned_at IS NOT NULL",
+        )
+        .bind(at)
+        .bind(job.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,114 @@
+//! The views `status` and `results` show.
+
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use sqlx::Row;
+use tranche_core::{JobId, TrancheState};
+use tranche_store::*;
+
+use crate::rows::{result_from_row, tranche_from_row};
+use crate::{PgStore, parse, to_u64};
+
+#[async_trait::async_trait]
+impl QueryStore for PgStore {
+    async fn job_counts(&self, id: JobId) -> StoreResult<RequestCounts> {
+        // Kept by `requests_keep_job_counters`: one row, whatever the job's size.
+        let row = sqlx::query(
+            "SELECT accepted, n_pending, n_queued, n_succeeded, n_failed, n_cancelled, n_cached,
+                    n_retried
+             FROM jobs WHERE id = $1",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(RequestCounts::default()) };
+        let n = |i: usize| -> StoreResult<u64> { Ok(to_u64(row.try_get(i)?)) };
+        Ok(RequestCounts {
+            accepted: n(0)?,
+            pending: n(1)?,
+            queued: n(2)?,
+            succeeded: n(3)?,
+            failed: n(4)?,
+            cancelled: n(5)?,
+            cached: n(6)?,
+            retried: n(7)?,
+        })
+    }
+
+    async fn job_tokens(&self, id: JobId) -> StoreResult<TokenTotals> {
+        let row = sqlx::query("SELECT input_tokens, output_tokens FROM jobs WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(TokenTotals::default()) };
+        Ok(TokenTotals {
+            input_tokens: to_u64(row.try_get(0)?),
+            output_tokens: to_u64(row.try_get(1)?),
+        })
+    }
+
+    async fn job_tranche_counts(&self, id: JobId) -> StoreResult<Vec<(TrancheState, u64)>> {
+        let rows = sqlx::query(
+            "SELECT t.state, COUNT(*) FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+             WHERE j.job_id = $1
+             GROUP BY t.state ORDER BY t.state",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let state: String = row.try_get(0)?;
+                let n: i64 = row.try_get(1)?;
+                Ok((parse("tranche state", &state)?, to_u64(n)))
+            })
+            .collect()
+    }
+
+    async fn job_unfinished_tranches(&self, id: JobId) -> StoreResult<Vec<TrancheRecord>> {
+        let rows = sqlx::query(
+            "SELECT t.* FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+             WHERE j.job_id = $1 AND t.state NOT IN ('done', 'failed')
+             ORDER BY t.created_at, t.id",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(tranche_from_row).collect()
+    }
+
+    async fn job_file_counts(&self, id: JobId) -> StoreResult<FileCounts> {
+        let row = sqlx::query(
+            "SELECT
+                COUNT(*) FILTER (WHERE purpose = 'batch_input'),
+                COUNT(*) FILTER (WHERE purpose <> 'batch_input'),
+                COUNT(*) FILTER (WHERE deleted_at IS NOT NULL),
+                COUNT(*) FILTER (WHERE deleted_at IS NULL)
+             FROM provider_files
+             WHERE tranche_id IN (SELECT tranche_id FROM job_tranches WHERE job_id = $1)",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(FileCounts {
+            uploaded: to_u64(row.try_get(0)?),
+            created_by_provider: to_u64(row.try_get(1)?),
+            deleted: to_u64(row.try_get(2)?),
+            live: to_u64(row.try_get(3)?),
+        })
+    }
+
+    fn job_results(&self, id: JobId) -> BoxStream<'_, StoreResult<ResultRow>> {
+        sqlx::query(
+            "SELECT r.id, r.custom_id, r.wire_id, r.tranche_id, r.state, o.output, r.error,
+                    r.output_object, r.output_offset, r.output_length, r.cached, r.attempts,
+                    r.max_attempts, r.input_tokens, r.output_tokens, r.endpoint
+             FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
+             WHERE r.job_id = $1 ORDER BY r.line",
+        )
+        .bind(id.to_string())
+        .fetch(&self.pool)
+        .map_err(StoreError::from)
+        .and_then(|row| async move { result_from_row(&row) })
+        .boxed()
+    }
+}
