@@ -94,13 +94,17 @@ fn to_u64(n: i64) -> u64 {
 
 impl PgStore {
     /// Connects to the database at a `postgres://` URL (the database must exist) and brings its
-    /// schema up to date.
+    /// schema up to date. Statements wait at most 30 s for a row another engine holds, unless
+    /// the URL sets `lock_timeout` itself.
     pub async fn open(url: &str) -> StoreResult<Self> {
         let location = redacted(url);
-        let options = PgConnectOptions::from_str(url)
+        let mut options = PgConnectOptions::from_str(url)
             .map_err(|source| StoreError::Open { location: location.clone(), source })?
-            .application_name("tranche")
-            .options([("lock_timeout", LOCK_TIMEOUT)]);
+            .application_name("tranche");
+        // A lock timeout the URL sets (`?options=-c lock_timeout=...`) is kept.
+        if !options.get_options().is_some_and(|o| o.contains("lock_timeout")) {
+            options = options.options([("lock_timeout", LOCK_TIMEOUT)]);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(60))
