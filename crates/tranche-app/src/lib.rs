@@ -3,6 +3,7 @@
 //! only this crate and the engine touch the store, and only through its traits.
 
 mod config;
+mod database;
 mod error;
 mod export;
 mod providers;
@@ -18,7 +19,10 @@ use tokio::io::BufReader;
 use tranche_blob::BlobStore;
 use tranche_core::{JobId, JobSettings, JobState, ProviderKind};
 use tranche_store::{JobRecord, Store};
+use tranche_store_postgres::PgStore;
 use tranche_store_sqlite::SqliteStore;
+
+use crate::database::Database;
 
 pub use config::{CONFIG_ENV, CONFIG_FILE, EngineSettings, config_file};
 pub use error::AppError;
@@ -58,11 +62,15 @@ pub struct App {
 }
 
 impl App {
-    /// Opens the store at `database` (a SQLite file path or `sqlite:` URL), creating it and
-    /// bringing its schema up to date, over the deployment's blob store `blobs`.
+    /// Opens the store at `database` (a SQLite file path or `sqlite:` URL, or a `postgres://`
+    /// URL of a database that exists), bringing its schema up to date, over the deployment's
+    /// blob store `blobs`.
     pub async fn open(database: &str, blobs: BlobStore) -> Result<Self, AppError> {
-        let store = SqliteStore::open(database).await?;
-        Ok(Self { store: Arc::new(store), blobs })
+        let store: Arc<dyn Store> = match Database::parse(database)? {
+            Database::Sqlite(path) => Arc::new(SqliteStore::open(path).await?),
+            Database::Postgres(url) => Arc::new(PgStore::open(url).await?),
+        };
+        Ok(Self { store, blobs })
     }
 
     /// An engine over this store. Refused when its blob store is not the deployment's: the

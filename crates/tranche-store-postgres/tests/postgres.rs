@@ -85,7 +85,7 @@ async fn a_row_held_past_the_lock_timeout_is_contention() {
     let mut scratch = common::scratch().await;
     let url = format!("{}?options[lock_timeout]=100ms", scratch.url);
     let store = Arc::new(PgStore::open(&url).await.unwrap());
-    scratch.stores.push(Arc::clone(&store));
+    scratch.stores.push(store.clone());
     let id = conformance::add_job(&*store, 1, "m").await;
     let mut other = PgConnection::connect(&scratch.url).await.unwrap();
     let mut tx = other.begin().await.unwrap();

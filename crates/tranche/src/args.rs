@@ -22,7 +22,8 @@ pub struct Global {
     /// Where tranche keeps its state: the database (unless --db says otherwise) and raw results.
     #[arg(long, global = true, env = "TRANCHE_DATA_DIR", default_value = ".tranche")]
     pub data_dir: PathBuf,
-    /// The database: a SQLite file path or `sqlite:` URL [default: <data-dir>/tranche.db].
+    /// The database: a SQLite file path or `sqlite:` URL, or a `postgres://` URL of an existing
+    /// PostgreSQL database shared by every host's workers [default: <data-dir>/tranche.db].
     #[arg(long, global = true, env = "TRANCHE_DATABASE_URL")]
     pub db: Option<String>,
     /// Where bytes rest: file:///path or s3://bucket/prefix (S3 settings from AWS_*)

@@ -1,5 +1,6 @@
-//! Crash and fault tests: `tranche worker` killed with SIGKILL at seeded random moments, and
-//! providers failing a fifth of their calls; nothing may be lost, repeated or created twice.
+//! Crash and fault tests: `tranche worker` killed with SIGKILL at seeded random moments (on
+//! SQLite and on PostgreSQL), and providers failing a fifth of their calls; nothing may be
+//! lost, repeated or created twice.
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
@@ -10,10 +11,10 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use support::{Env, Sim, read_results, text};
+use support::{Env, Shared, Sim, read_results, text};
 use tranche_test_support::inputs::{anthropic_lines, tranche_lines};
-use tranche_test_support::probe;
 use tranche_test_support::sim_process::SimProcess;
+use tranche_test_support::{postgres, probe};
 
 /// Checks the invariants after a job of `n` requests ran to its end.
 fn assert_exactly_once(env: &Env, sim: &SimProcess, job: &str, n: usize) {
@@ -54,7 +55,7 @@ fn assert_exactly_once(env: &Env, sim: &SimProcess, job: &str, n: usize) {
 /// answers above were read from them), and no tranche input file outlived its batch. A writer
 /// killed mid-object leaves at most a staging file beside the object's name, never the name.
 fn assert_whole_objects(env: &Env) {
-    let blobs = env.path("state/blobs");
+    let blobs = env.blob_dir();
     let raw: Vec<_> = std::fs::read_dir(blobs.join("raw"))
         .unwrap()
         .flat_map(|tranche| std::fs::read_dir(tranche.unwrap().path()).unwrap())
@@ -89,14 +90,30 @@ fn submit(env: &Env, n: usize) -> String {
 
 #[test]
 fn a_worker_killed_at_random_moments_loses_repeats_and_doubles_nothing() {
+    killed_at_random_moments(&Env::new(), "TRANCHE_CRASH_KILLS", 50);
+}
+
+#[test]
+fn a_worker_killed_at_random_moments_on_postgresql_loses_repeats_and_doubles_nothing() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let database = runtime.block_on(postgres::scratch());
+    let blobs = tempfile::tempdir().unwrap();
+    let shared = Shared { database: database.url.clone(), blobs: blobs.path().to_owned() };
+    let env = Env::on(&shared);
+    killed_at_random_moments(&env, "TRANCHE_PG_CRASH_KILLS", 20);
+    assert!(!env.path("state/tranche.db").exists(), "no SQLite database beside PostgreSQL");
+}
+
+/// A 300-request job worked by workers SIGKILLed at seeded random moments (`kills_var` sets
+/// how many), then finished by one more: exactly once, whole objects.
+fn killed_at_random_moments(env: &Env, kills_var: &str, default_kills: usize) {
     let kills: usize =
-        std::env::var("TRANCHE_CRASH_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+        std::env::var(kills_var).ok().and_then(|v| v.parse().ok()).unwrap_or(default_kills);
     let seed: u64 =
         std::env::var("TRANCHE_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(7);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let sim = Sim::start(&["--speed", "30"]);
-    let env = Env::new();
-    let job = submit(&env, 300);
+    let job = submit(env, 300);
     let worker = |until_idle: bool| {
         let mut cmd = env.tranche();
         cmd.args([
@@ -125,7 +142,7 @@ fn a_worker_killed_at_random_moments_loses_repeats_and_doubles_nothing() {
     }
     let out = worker(true).stdout(Stdio::piped()).stderr(Stdio::piped()).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    assert_exactly_once(&env, &sim, &job, 300);
+    assert_exactly_once(env, &sim, &job, 300);
 }
 
 #[test]

@@ -96,7 +96,7 @@ fn the_engine_depends_on_no_store_backend() {
     let dependencies =
         manifest.split("[dependencies]").nth(1).and_then(|rest| rest.split("\n[").next()).unwrap();
     assert!(dependencies.contains("tranche-store."), "the engine uses the store traits");
-    for backend in ["tranche-store-sqlite", "sqlx"] {
+    for backend in ["tranche-store-sqlite", "tranche-store-postgres", "sqlx"] {
         assert!(!dependencies.contains(backend), "the engine depends on `{backend}`");
     }
 }
@@ -105,7 +105,7 @@ fn the_engine_depends_on_no_store_backend() {
 #[test]
 fn the_cli_goes_through_the_application_layer() {
     let manifest = std::fs::read_to_string(workspace().join("crates/tranche/Cargo.toml")).unwrap();
-    for store in ["tranche-store", "tranche-store-sqlite", "sqlx"] {
+    for store in ["tranche-store", "tranche-store-sqlite", "tranche-store-postgres", "sqlx"] {
         assert!(!manifest.contains(&format!("\n{store}.")), "the CLI depends on `{store}`");
     }
     let mut files = Vec::new();

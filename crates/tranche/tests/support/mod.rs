@@ -20,13 +20,33 @@ impl Sim {
     }
 }
 
+/// A fresh data folder, and where its commands keep state: the folder alone, or (a host of a
+/// deployment that shares them) a database URL and a blob store.
 pub struct Env {
     pub dir: tempfile::TempDir,
+    shared: Option<Shared>,
+}
+
+/// A database and a blob store every host's commands use.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    pub database: String,
+    pub blobs: PathBuf,
 }
 
 impl Env {
     pub fn new() -> Env {
-        Env { dir: tempfile::tempdir().unwrap() }
+        Env { dir: tempfile::tempdir().unwrap(), shared: None }
+    }
+
+    /// A host whose commands keep their state in `shared`, not in its own folder.
+    pub fn on(shared: &Shared) -> Env {
+        Env { dir: tempfile::tempdir().unwrap(), shared: Some(shared.clone()) }
+    }
+
+    /// Where this host's commands keep bytes.
+    pub fn blob_dir(&self) -> PathBuf {
+        self.shared.as_ref().map_or_else(|| self.path("state/blobs"), |s| s.blobs.clone())
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -57,6 +77,10 @@ impl Env {
             .env("ANTHROPIC_API_KEY", "sk-ant-test-key")
             .env("OPENAI_API_KEY", "sk-test-key")
             .current_dir(self.dir.path());
+        if let Some(shared) = &self.shared {
+            cmd.env("TRANCHE_DATABASE_URL", &shared.database)
+                .env("TRANCHE_BLOB_STORE", format!("file://{}", shared.blobs.display()));
+        }
         cmd
     }
 
