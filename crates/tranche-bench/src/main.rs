@@ -50,6 +50,10 @@ struct Args {
     /// peak RSS) or `child` (a separate process, so the peak RSS is the engine's alone).
     #[arg(long, value_enum, default_value_t = SimMode::InProcess)]
     sim: SimMode,
+    /// Run on the PostgreSQL database at this `postgres://` URL (it must exist and be empty)
+    /// instead of a SQLite file in the working folder.
+    #[arg(long)]
+    db: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -74,6 +78,7 @@ impl Args {
             dir: self.dir.clone(),
             keep: self.keep,
             sim: self.sim,
+            db: self.db.clone(),
         }
     }
 }

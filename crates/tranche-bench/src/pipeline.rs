@@ -18,6 +18,7 @@ use tranche_core::{Endpoint, JobId, ProviderKind, TrancheState};
 use tranche_engine::{Engine, EngineConfig, Providers};
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_store::Store;
+use tranche_store_postgres::PgStore;
 use tranche_store_sqlite::SqliteStore;
 
 use crate::floor;
@@ -36,6 +37,9 @@ pub struct RunSettings {
     pub dir: Option<PathBuf>,
     pub keep: bool,
     pub sim: SimMode,
+    /// A `postgres://` URL of an empty database to use instead of a SQLite file in the
+    /// working folder.
+    pub db: Option<String>,
 }
 
 /// A tick-driven phase that has not ended after this many ticks is stuck.
@@ -263,9 +267,10 @@ async fn run_in(settings: &RunSettings, root: &Path) -> anyhow::Result<Report> {
     openai.base_url = sim.openai_base_url();
     let provider = OpenAiProvider::new(openai, http_client().context("building the HTTP client")?)
         .context("configuring the provider")?;
-    let store = SqliteStore::open(&root.join("tranche.db").to_string_lossy())
-        .await
-        .map(|s| Arc::new(s) as Arc<dyn Store>)?;
+    let store: Arc<dyn Store> = match &settings.db {
+        Some(url) => Arc::new(PgStore::open(url).await?),
+        None => Arc::new(SqliteStore::open(&root.join("tranche.db").to_string_lossy()).await?),
+    };
     let config = EngineConfig {
         poll_interval: Duration::ZERO,
         retry_backoff: Duration::from_millis(100),

@@ -3,9 +3,10 @@
 
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use tranche_core::{JobId, JobSettings, RequestState};
+use tranche_store::rows::{input_body, to_i64};
 use tranche_store::*;
 
-use crate::{PgStore, to_i64};
+use crate::PgStore;
 
 /// Records an answer check once (a check is its id: the same id is the same check).
 pub(crate) async fn record_check(
@@ -187,10 +188,6 @@ impl AnswerStore for PgStore {
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
-        Ok(crate::rows::input_body(
-            row.try_get(0)?,
-            row.try_get(1)?,
-            (row.try_get(2)?, row.try_get(3)?),
-        ))
+        Ok(input_body(row.try_get(0)?, row.try_get(1)?, (row.try_get(2)?, row.try_get(3)?)))
     }
 }

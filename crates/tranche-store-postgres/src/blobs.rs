@@ -1,9 +1,10 @@
 //! The blob store's objects as recorded once whole.
 
 use sqlx::{Executor, Postgres, Row};
+use tranche_store::rows::{to_i64, to_u64};
 use tranche_store::*;
 
-use crate::{PgStore, to_i64, to_u64};
+use crate::PgStore;
 
 /// Records `blob` through `executor` (the pool, or a job's transaction).
 pub(crate) async fn record<'c>(

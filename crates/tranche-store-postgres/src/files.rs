@@ -2,9 +2,10 @@
 
 use sqlx::Row;
 use tranche_core::{AccountId, ProviderKind, TrancheId, TrancheState};
+use tranche_store::rows::{parse, to_i64, to_u64};
 use tranche_store::*;
 
-use crate::{PgStore, parse, to_i64};
+use crate::PgStore;
 
 #[async_trait::async_trait]
 impl FileStore for PgStore {
@@ -62,7 +63,7 @@ impl FileStore for PgStore {
         .bind(tranche.to_string())
         .fetch_one(&self.pool)
         .await?;
-        Ok(crate::to_u64(row.try_get(0)?))
+        Ok(to_u64(row.try_get(0)?))
     }
 
     async fn leftover_files(
@@ -100,7 +101,7 @@ impl FileStore for PgStore {
         .bind(except.to_string())
         .fetch_one(&self.pool)
         .await?;
-        Ok(crate::to_u64(row.try_get(0)?))
+        Ok(to_u64(row.try_get(0)?))
     }
 
     async fn file_owners(
@@ -164,7 +165,7 @@ impl FileStore for PgStore {
         .bind(account.map(AccountId::as_str))
         .fetch_one(&self.pool)
         .await?;
-        Ok(crate::to_u64(row.try_get(0)?))
+        Ok(to_u64(row.try_get(0)?))
     }
 
     async fn account_used(&self, account: &AccountId) -> StoreResult<bool> {
@@ -207,9 +208,9 @@ impl FileStore for PgStore {
             Ok(FileAuditCounts {
                 account: account.clone(),
                 at: row.try_get(0)?,
-                total: crate::to_u64(row.try_get(1)?),
-                inputs_with_expiry: crate::to_u64(row.try_get(2)?),
-                inputs_without_expiry: crate::to_u64(row.try_get(3)?),
+                total: to_u64(row.try_get(1)?),
+                inputs_with_expiry: to_u64(row.try_get(2)?),
+                inputs_without_expiry: to_u64(row.try_get(3)?),
             })
         })
         .transpose()

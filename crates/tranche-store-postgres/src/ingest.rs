@@ -3,10 +3,10 @@
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 use tranche_core::{TrancheId, TrancheState};
+use tranche_store::rows::*;
 use tranche_store::*;
 
-use crate::rows::*;
-use crate::{INGEST_ROWS, PgStore, to_i64};
+use crate::{INGEST_ROWS, PgStore};
 
 #[async_trait::async_trait]
 impl IngestStore for PgStore {
@@ -112,7 +112,7 @@ impl PgIngestWriter {
         .bind(at)
         .fetch_one(&mut *self.tx)
         .await?;
-        Ok(crate::to_u64(row.try_get(0)?))
+        Ok(to_u64(row.try_get(0)?))
     }
 
     async fn insert_attempt(&mut self, row: &PgRow, update: &ResultUpdate<'_>) -> StoreResult<()> {

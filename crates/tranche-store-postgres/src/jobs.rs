@@ -2,11 +2,11 @@
 
 use sqlx::Row;
 use tranche_core::{JobId, JobState, TrancheId};
+use tranche_store::rows::*;
 use tranche_store::*;
 
-use crate::rows::*;
+use crate::PgStore;
 use crate::writer::PgJobWriter;
-use crate::{PgStore, parse, to_u64};
 
 #[async_trait::async_trait]
 impl JobStore for PgStore {

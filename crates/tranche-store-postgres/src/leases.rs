@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use sqlx::Row;
 use tranche_core::{EngineId, LeaseToken, TrancheId};
+use tranche_store::rows::*;
 use tranche_store::*;
 
 use crate::PgStore;
-use crate::rows::*;
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)

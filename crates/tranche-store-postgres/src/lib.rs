@@ -32,7 +32,6 @@ mod leases;
 mod plan;
 mod prune;
 mod queries;
-mod rows;
 mod tranches;
 mod writer;
 
@@ -70,26 +69,6 @@ const LOCK_TIMEOUT: &str = "30s";
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
-}
-
-fn parse<T: FromStr>(what: &str, s: &str) -> StoreResult<T>
-where
-    T::Err: std::fmt::Display,
-{
-    s.parse::<T>().map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
-}
-
-fn json_opt(s: Option<String>) -> StoreResult<Option<serde_json::Value>> {
-    s.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("json: {e}"))))
-        .transpose()
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn to_u64(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
 }
 
 impl PgStore {

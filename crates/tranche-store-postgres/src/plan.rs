@@ -2,9 +2,10 @@
 
 use sqlx::Row;
 use tranche_core::{Endpoint, LeaseToken, ProviderKind};
+use tranche_store::rows::{parse, to_i64, to_u64};
 use tranche_store::*;
 
-use crate::{PgStore, parse, to_i64, to_u64};
+use crate::PgStore;
 
 #[async_trait::async_trait]
 impl PlanStore for PgStore {

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 
 use sqlx::{Connection, Postgres, Row, Transaction};
 use tranche_core::ProviderKind;
+use tranche_store::rows::{to_i64, to_u64};
 use tranche_store::*;
 
-use crate::{INSERT_ROWS, to_i64, to_u64};
+use crate::INSERT_ROWS;
 
 /// The request rows waiting in a [`PgJobWriter`] for their multi-row insert, one array per
 /// column (as they are bound).

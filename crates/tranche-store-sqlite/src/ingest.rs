@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tranche_core::{TrancheId, TrancheState};
+use tranche_store::rows::*;
 use tranche_store::*;
 
-use crate::rows::*;
-use crate::{INGEST_ROWS, SqliteStore, to_i64};
+use crate::{INGEST_ROWS, SqliteStore};
 
 #[async_trait::async_trait]
 impl IngestStore for SqliteStore {

@@ -2,11 +2,11 @@
 
 use sqlx::Row;
 use tranche_core::{JobId, JobState, TrancheId};
+use tranche_store::rows::*;
 use tranche_store::*;
 
-use crate::rows::*;
+use crate::SqliteStore;
 use crate::writer::SqliteJobWriter;
-use crate::{SqliteStore, parse, to_u64};
 
 #[async_trait::async_trait]
 impl JobStore for SqliteStore {

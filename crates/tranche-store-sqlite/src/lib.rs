@@ -31,7 +31,6 @@ mod leases;
 mod plan;
 mod prune;
 mod queries;
-mod rows;
 mod tranches;
 mod writer;
 
@@ -95,26 +94,6 @@ pub struct SqliteStore {
 /// (however many items there are, and no SQL built from them).
 fn json_list<T: serde::Serialize + ?Sized>(what: &str, items: &T) -> StoreResult<String> {
     serde_json::to_string(items).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
-}
-
-fn parse<T: FromStr>(what: &str, s: &str) -> StoreResult<T>
-where
-    T::Err: std::fmt::Display,
-{
-    s.parse::<T>().map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
-}
-
-fn json_opt(s: Option<String>) -> StoreResult<Option<serde_json::Value>> {
-    s.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("json: {e}"))))
-        .transpose()
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn to_u64(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
 }
 
 impl SqliteStore {

@@ -3,10 +3,10 @@
 
 use sqlx::Row;
 use tranche_core::{JobId, TrancheId};
+use tranche_store::rows::job_from_row;
 use tranche_store::*;
 
 use crate::SqliteStore;
-use crate::rows::job_from_row;
 
 #[async_trait::async_trait]
 impl PruneStore for SqliteStore {

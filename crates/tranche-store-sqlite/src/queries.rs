@@ -3,10 +3,10 @@
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use sqlx::Row;
 use tranche_core::{JobId, TrancheState};
+use tranche_store::rows::{parse, result_from_row, to_u64, tranche_from_row};
 use tranche_store::*;
 
-use crate::rows::{result_from_row, tranche_from_row};
-use crate::{SqliteStore, parse, to_u64};
+use crate::SqliteStore;
 
 #[async_trait::async_trait]
 impl QueryStore for SqliteStore {

@@ -3,10 +3,10 @@
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use sqlx::Row;
 use tranche_core::{LeaseToken, ProviderKind, TrancheId};
+use tranche_store::rows::*;
 use tranche_store::*;
 
-use crate::rows::*;
-use crate::{SqliteStore, parse};
+use crate::SqliteStore;
 
 #[async_trait::async_trait]
 impl TrancheStore for SqliteStore {

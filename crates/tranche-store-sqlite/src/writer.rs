@@ -4,9 +4,10 @@ use std::collections::HashMap;
 
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tranche_core::{Endpoint, ProviderKind};
+use tranche_store::rows::{to_i64, to_u64};
 use tranche_store::*;
 
-use crate::{INSERT_ROWS, to_i64, to_u64};
+use crate::INSERT_ROWS;
 
 /// A request row waiting in a [`JobWriter`] for its multi-row insert.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! tranche's persistence as traits and records: jobs, requests, tranches, attempts, provider
-//! files and leases. Backends (`tranche-store-sqlite`) implement every trait and pass the
-//! conformance suite (`conformance`, behind the feature of that name); the engine and the CLI
-//! see only the traits.
+//! files and leases. Backends (`tranche-store-sqlite`, `tranche-store-postgres`) implement every
+//! trait, read their rows into records through `rows`, and pass the conformance suite
+//! (`conformance`, behind the feature of that name); the engine and the CLI see only the traits.
 //!
 //! A store holds no business rules: it records what the engine decides and answers what it
 //! asks. Timestamps are given by the caller (unix seconds), except that leases are judged by
@@ -11,6 +11,7 @@
 pub mod conformance;
 mod error;
 mod records;
+pub mod rows;
 mod traits;
 
 pub use error::{DuplicateCustomId, StoreError, StoreResult};
