@@ -6,6 +6,7 @@ mod config;
 mod database;
 mod error;
 mod export;
+mod migrate;
 mod providers;
 mod review;
 mod views;
@@ -27,6 +28,7 @@ use crate::database::Database;
 pub use config::{CONFIG_ENV, CONFIG_FILE, EngineSettings, config_file};
 pub use error::AppError;
 pub use export::{ExportFormat, ExportOptions};
+pub use migrate::{MigrationReport, migrate_sqlite_to_postgres};
 pub use providers::{ProviderOptions, provider, providers};
 pub use review::{DEFAULT_SAMPLE, ReviewItem, default_seed};
 pub use tranche_engine::{

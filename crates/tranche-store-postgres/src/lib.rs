@@ -13,6 +13,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, SqlSafeStr, Transaction};
 use tranche_store::{DeploymentStore, Store, StoreError, StoreResult};
 
+pub use import::{ImportError, ImportReport};
+
 /// The database's clock in unix milliseconds, as an SQL expression. A macro so that statements
 /// stay string literals (`concat!`), never built at run time. Leases are judged by it.
 /// `clock_timestamp()`, not `now()`: the time the statement runs, not the time its transaction
@@ -26,6 +28,7 @@ macro_rules! db_now_ms {
 mod answers;
 mod blobs;
 mod files;
+mod import;
 mod ingest;
 mod jobs;
 mod leases;

@@ -68,6 +68,15 @@ pub enum Command {
     Files(FilesArgs),
     /// Serve the provider simulator on localhost.
     Sim(SimArgs),
+    /// Move this SQLite store (--db, or <data-dir>/tranche.db) into an empty PostgreSQL
+    /// database: every job, request, tranche and their history.
+    ///
+    /// The copy is one transaction: if it fails, the target stays empty. The blob store stays
+    /// where it is; afterwards, use the same blob store (or data folder) with
+    /// `--db postgres://...`. A job in flight moves too, and workers on PostgreSQL continue it,
+    /// but stop every worker on the SQLite store first: what they write after the copy began is
+    /// not moved. Refused when the target already holds jobs or tranches.
+    Migrate(MigrateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -563,6 +572,17 @@ pub struct FilesCleanupArgs {
     #[arg(long)]
     pub include_foreign: bool,
     /// Print JSON: `{"accounts": [...]}`, each with the files deleted.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The PostgreSQL database to move into: postgres://USER@HOST/DB (it must exist and hold
+    /// no job).
+    #[arg(long)]
+    pub to: String,
+    /// Print `{"tables": {"jobs": N, ...}}`.
     #[arg(long)]
     pub json: bool,
 }

@@ -60,6 +60,7 @@ fn main() -> ExitCode {
                 with_app(global, |app| commands::files::run(app, global, args)).await
             }
             Command::Sim(args) => commands::sim::run(args).await,
+            Command::Migrate(args) => commands::migrate::run(global, args).await,
         }
     });
     match result {

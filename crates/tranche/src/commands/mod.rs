@@ -3,6 +3,7 @@
 pub mod cancel;
 pub mod demo;
 pub mod files;
+pub mod migrate;
 pub mod prune;
 pub mod reparse;
 pub mod results;
