@@ -376,9 +376,10 @@ impl Engine {
     }
 
     /// An upload refused because the account's file storage is full: a safe cleanup deletes
-    /// what tranche's ended tranches left there and old orphans, and the tranche waits (its intent to upload kept) for the files its
-    /// other batches hold to be freed, instead of failing its requests. When nothing of
-    /// tranche's will free any, its jobs pause.
+    /// what tranche's ended tranches left there and old orphans, and the tranche waits (its
+    /// intent to upload kept) for the files its other batches hold to be freed, instead of
+    /// failing its requests, each wait twice the last. When nothing of tranche's will free
+    /// any, its jobs pause.
     async fn wait_for_storage(
         &self,
         tranche: &TrancheRecord,
