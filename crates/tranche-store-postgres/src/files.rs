@@ -66,24 +66,6 @@ impl FileStore for PgStore {
         Ok(to_u64(row.try_get(0)?))
     }
 
-    async fn leftover_files(
-        &self,
-        provider: ProviderKind,
-        account: Option<&AccountId>,
-    ) -> StoreResult<Vec<String>> {
-        let rows = sqlx::query(
-            "SELECT f.file_id FROM provider_files AS f JOIN tranches AS t ON t.id = f.tranche_id
-             WHERE f.provider = $1 AND f.deleted_at IS NULL AND t.state IN ('done', 'failed')
-               AND t.account IS NOT DISTINCT FROM $2
-             ORDER BY f.created_at, f.file_id",
-        )
-        .bind(provider.as_str())
-        .bind(account.map(AccountId::as_str))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
-    }
-
     async fn tranches_holding_files(
         &self,
         provider: ProviderKind,

@@ -251,14 +251,6 @@ pub trait FileStore: Send + Sync {
     /// How many input files were uploaded for a tranche (deleted ones included).
     async fn tranche_uploads(&self, tranche: TrancheId) -> StoreResult<u64>;
 
-    /// Files of an account's ended (`done`, `failed`) tranches the provider still holds.
-    /// `account` `None` matches tranches recorded without one.
-    async fn leftover_files(
-        &self,
-        provider: ProviderKind,
-        account: Option<&AccountId>,
-    ) -> StoreResult<Vec<String>>;
-
     /// How many of an account's tranches other than `except` hold live files at the provider
     /// and have not ended: files that will be freed when they are cleaned up.
     async fn tranches_holding_files(
