@@ -12,6 +12,7 @@ pub mod provider;
 pub mod settings;
 pub mod state;
 pub mod tokens;
+pub mod usage;
 pub mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -20,3 +21,4 @@ pub use ids::{AccountId, CustomId, CustomIdError, EngineId, JobId, LeaseToken, T
 pub use provider::{Endpoint, ProviderKind};
 pub use settings::{JobSettings, OnInvalid};
 pub use state::{AttemptOutcome, JobState, RequestState, TrancheState};
+pub use usage::TokenUsage;
