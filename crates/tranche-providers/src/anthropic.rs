@@ -469,7 +469,7 @@ fn parse_anthropic_result_line(line: &str) -> Result<ResultLine, LineParseError>
                 status_code: 200,
                 request_id: None,
                 body: range_within(whole, message.get()),
-                usage: Usage::of(message),
+                usage: Usage::anthropic(message),
             }
         }
         "errored" => LineOutcome::Failed(errored(wire.result.error)),
@@ -638,6 +638,7 @@ mod tests {
 
     use super::*;
     use crate::streams::InlineInput;
+    use tranche_core::TokenUsage;
 
     const KEY: &str = "sk-ant-test-0123456789abcdef";
 
@@ -731,10 +732,39 @@ mod tests {
                 assert_eq!(status_code, 200);
                 assert_eq!(request_id, None);
                 assert_eq!(&line[body], message);
-                assert_eq!((usage.input_tokens, usage.output_tokens), (Some(11), Some(36)));
+                assert_eq!(usage.model.as_deref(), Some("claude-3-5-sonnet-20240620"));
+                let tokens = usage.tokens.unwrap();
+                assert_eq!((tokens.input, tokens.output, tokens.cached_input), (11, 36, 0));
             }
             LineOutcome::Failed(err) => panic!("{err}"),
         }
+    }
+
+    fn usage_of(usage: &str) -> TokenUsage {
+        let message = format!(r#"{{"id":"m","model":"claude-sonnet-4-5","usage":{usage}}}"#);
+        let line =
+            format!(r#"{{"custom_id":"a","result":{{"type":"succeeded","message":{message}}}}}"#);
+        match provider().parse_result_line(&line).unwrap().outcome {
+            LineOutcome::Succeeded { usage, .. } => usage.tokens.unwrap(),
+            LineOutcome::Failed(err) => panic!("{err}"),
+        }
+    }
+
+    #[test]
+    fn cache_reads_and_writes_count_as_input() {
+        // input_tokens counts only what follows the last breakpoint.
+        let t = usage_of(
+            r#"{"input_tokens":20,"cache_creation_input_tokens":1500,"cache_read_input_tokens":3000,
+                "cache_creation":{"ephemeral_5m_input_tokens":500,"ephemeral_1h_input_tokens":1000},
+                "output_tokens":40}"#,
+        );
+        assert_eq!(t.input, 4_520);
+        assert_eq!((t.cached_input, t.cache_write_5m, t.cache_write_1h), (3_000, 500, 1_000));
+        assert_eq!((t.uncached_input(), t.output), (20, 40));
+        // Without the split, writes are 5-minute writes (the default lifetime).
+        let t =
+            usage_of(r#"{"input_tokens":5,"cache_creation_input_tokens":1200,"output_tokens":1}"#);
+        assert_eq!((t.input, t.cache_write_5m, t.cache_write_1h), (1_205, 1_200, 0));
     }
 
     #[test]

@@ -478,7 +478,7 @@ pub(crate) fn parse_result_line(
                 status_code: status,
                 request_id: response.request_id,
                 body: range_within(whole, body.get()),
-                usage: Usage::of(body),
+                usage: Usage::openai(body),
             },
         });
     }
@@ -842,6 +842,7 @@ pub(crate) use forward_provider;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tranche_core::TokenUsage;
 
     fn failed(line: &str) -> LineError {
         match parse_result_line(ProviderKind::Openai, line).unwrap().outcome {
@@ -865,10 +866,47 @@ mod tests {
                     &line[body],
                     r#"{"id":"chatcmpl-1","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#
                 );
-                assert_eq!(usage, Usage { input_tokens: Some(7), output_tokens: Some(3) });
+                let tokens = TokenUsage { input: 7, output: 3, ..TokenUsage::default() };
+                assert_eq!(usage, Usage { model: None, tokens: Some(tokens) });
             }
             LineOutcome::Failed(err) => panic!("{err}"),
         }
+    }
+
+    fn usage_of(body: &str) -> Usage {
+        let line = format!(
+            r#"{{"id":"b","custom_id":"w","response":{{"status_code":200,"body":{body}}},"error":null}}"#
+        );
+        match parse_result_line(ProviderKind::Openai, &line).unwrap().outcome {
+            LineOutcome::Succeeded { usage, .. } => usage,
+            LineOutcome::Failed(err) => panic!("{err}"),
+        }
+    }
+
+    #[test]
+    fn usage_details_of_chat_and_responses() {
+        // Chat: prompt_tokens already counts the cached part.
+        let chat = usage_of(
+            r#"{"model":"gpt-4o-mini-2024-07-18","usage":{"prompt_tokens":2048,"completion_tokens":300,
+                "prompt_tokens_details":{"cached_tokens":1920},
+                "completion_tokens_details":{"reasoning_tokens":128}}}"#,
+        );
+        assert_eq!(chat.model.as_deref(), Some("gpt-4o-mini-2024-07-18"));
+        let t = chat.tokens.unwrap();
+        assert_eq!((t.input, t.cached_input, t.uncached_input()), (2048, 1920, 128));
+        assert_eq!((t.output, t.reasoning, t.cache_write()), (300, 128, 0));
+        // Responses: input_tokens and its details.
+        let t = usage_of(
+            r#"{"model":"o4-mini","usage":{"input_tokens":1500,"input_tokens_details":{"cached_tokens":1024},
+                "output_tokens":50,"output_tokens_details":{"reasoning_tokens":20}}}"#,
+        )
+        .tokens
+        .unwrap();
+        assert_eq!((t.input, t.cached_input, t.output, t.reasoning), (1500, 1024, 50, 20));
+        // Embeddings: input only. No usage at all: none.
+        let t = usage_of(r#"{"usage":{"prompt_tokens":8,"total_tokens":8}}"#).tokens.unwrap();
+        assert_eq!((t.input, t.output), (8, 0));
+        assert_eq!(usage_of(r#"{"choices":[]}"#).tokens, None);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use tranche_core::{Endpoint, ProviderKind, TrancheId};
+use tranche_core::{Endpoint, ProviderKind, TokenUsage, TrancheId};
 
 macro_rules! string_id {
     ($(#[$meta:meta])* $name:ident) => {
@@ -260,26 +260,123 @@ pub enum LineOutcome {
     Failed(LineError),
 }
 
-/// The tokens a response reports: `prompt_tokens`/`completion_tokens` (chat completions,
-/// completions, embeddings) or `input_tokens`/`output_tokens` (Responses, Anthropic messages).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+/// What a response reports it was billed for: the model that answered and its tokens by kind,
+/// normalised to [`TokenUsage`] (every input token in `input`, cache reads and writes its parts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// The model the response names (for Azure, the model behind the deployment).
+    pub model: Option<String>,
+    /// `None` when the response reports no usage.
+    pub tokens: Option<TokenUsage>,
+}
+
+/// A response body's `model` and `usage`, as either provider family spells them: OpenAI's
+/// `prompt_tokens`/`completion_tokens` (chat, completions, embeddings) or
+/// `input_tokens`/`output_tokens` (Responses, Anthropic), with their details.
+#[derive(Deserialize)]
+struct WireBilled {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
     #[serde(default, alias = "prompt_tokens")]
-    pub input_tokens: Option<u64>,
+    input_tokens: Option<u64>,
     #[serde(default, alias = "completion_tokens")]
-    pub output_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    #[serde(default, alias = "input_tokens_details")]
+    prompt_tokens_details: Option<InputDetails>,
+    #[serde(default, alias = "output_tokens_details")]
+    completion_tokens_details: Option<OutputDetails>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation: Option<CacheCreation>,
+}
+
+#[derive(Deserialize)]
+struct InputDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct OutputDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CacheCreation {
+    #[serde(default)]
+    ephemeral_5m_input_tokens: Option<u64>,
+    #[serde(default)]
+    ephemeral_1h_input_tokens: Option<u64>,
 }
 
 impl Usage {
-    /// The usage a response body reports (its top-level `usage`), read without building the
-    /// body: everything else is skipped.
-    pub(crate) fn of(body: &RawValue) -> Self {
-        #[derive(Deserialize)]
-        struct UsageOnly {
-            #[serde(default)]
-            usage: Option<Usage>,
+    /// The usage an OpenAI-shaped response body reports (OpenAI and Azure): `prompt_tokens`
+    /// (or `input_tokens`) already counts the cached part, `cached_tokens`. Everything else in
+    /// the body is skipped, not built.
+    pub(crate) fn openai(body: &RawValue) -> Self {
+        Self::read(body, |u| {
+            let input = u.input_tokens.unwrap_or(0);
+            TokenUsage {
+                input,
+                cached_input: u
+                    .prompt_tokens_details
+                    .and_then(|d| d.cached_tokens)
+                    .unwrap_or(0)
+                    .min(input),
+                output: u.output_tokens.unwrap_or(0),
+                reasoning: u
+                    .completion_tokens_details
+                    .and_then(|d| d.reasoning_tokens)
+                    .unwrap_or(0),
+                ..TokenUsage::default()
+            }
+        })
+    }
+
+    /// The usage an Anthropic message reports: `input_tokens` counts only what follows the
+    /// last cache breakpoint, so cache reads and writes are added to it. Writes are split by
+    /// lifetime where `cache_creation` gives the split, and counted as 5-minute writes (the
+    /// default lifetime) where it does not.
+    pub(crate) fn anthropic(message: &RawValue) -> Self {
+        Self::read(message, |u| {
+            let read = u.cache_read_input_tokens.unwrap_or(0);
+            let written = u.cache_creation_input_tokens.unwrap_or(0);
+            let (write_5m, write_1h) = match u.cache_creation {
+                Some(c) => {
+                    let one_hour = c.ephemeral_1h_input_tokens.unwrap_or(0);
+                    (
+                        c.ephemeral_5m_input_tokens.unwrap_or(written.saturating_sub(one_hour)),
+                        one_hour,
+                    )
+                }
+                None => (written, 0),
+            };
+            TokenUsage {
+                input: u.input_tokens.unwrap_or(0) + read + write_5m + write_1h,
+                cached_input: read,
+                cache_write_5m: write_5m,
+                cache_write_1h: write_1h,
+                output: u.output_tokens.unwrap_or(0),
+                reasoning: 0,
+            }
+        })
+    }
+
+    fn read(body: &RawValue, tokens: impl FnOnce(WireUsage) -> TokenUsage) -> Self {
+        match serde_json::from_str::<WireBilled>(body.get()) {
+            Ok(b) => Self { model: b.model, tokens: b.usage.map(tokens) },
+            Err(_) => Self::default(),
         }
-        serde_json::from_str::<UsageOnly>(body.get()).ok().and_then(|u| u.usage).unwrap_or_default()
     }
 }
 

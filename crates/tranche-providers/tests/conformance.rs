@@ -374,8 +374,10 @@ async fn full_lifecycle(target: Target) {
         match &line.outcome {
             LineOutcome::Succeeded { status_code, body, usage, .. } => {
                 assert_eq!(*status_code, 200);
-                assert!(usage.input_tokens.is_some() && usage.output_tokens.is_some(), "{text}");
+                let tokens = usage.tokens.unwrap_or_else(|| panic!("no usage: {text}"));
+                assert!(tokens.input > 0 && tokens.output > 0, "{text}");
                 let body: serde_json::Value = serde_json::from_str(&text[body.clone()]).unwrap();
+                assert_eq!(usage.model.as_deref(), body["model"].as_str(), "the model it names");
                 match target.kind() {
                     ProviderKind::Anthropic => assert_eq!(body["type"], "message"),
                     _ => assert_eq!(body["object"], "chat.completion"),

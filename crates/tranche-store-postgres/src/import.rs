@@ -1,5 +1,5 @@
 //! Copying a SQLite store into an empty PostgreSQL database (`tranche migrate`): every table of
-//! the SQLite schema as of its migration 14, read in keyset pages inside one read transaction
+//! the SQLite schema as of its migration 15, read in keyset pages inside one read transaction
 //! (a consistent snapshot) and written in array-bound chunks inside one PostgreSQL transaction,
 //! so that a failed copy leaves the target as it was. Named leases are not copied: they are
 //! transient, and the next engine takes them afresh.
@@ -14,7 +14,7 @@ use crate::PgStore;
 
 /// The SQLite schema this copier reads: the last of the SQLite store's migrations, which
 /// PostgreSQL's schema mirrors.
-const SQLITE_SCHEMA: i64 = 14;
+const SQLITE_SCHEMA: i64 = 15;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;
@@ -84,7 +84,7 @@ macro_rules! copy_table {
 }
 
 impl PgStore {
-    /// Copies the SQLite store in the file `sqlite_file` (its schema must be at migration 14,
+    /// Copies the SQLite store in the file `sqlite_file` (its schema must be at migration 15,
     /// as the SQLite store's `open` leaves it) into this database, which must hold no
     /// job and no tranche. All or nothing: one transaction. Rows keep their ids, request ids
     /// continue after the largest copied, and jobs keep their counters as they are (the
@@ -239,15 +239,42 @@ impl PgStore {
         );
         copy_table!(src, tx, report, "attempts", page = PAGE,
             select = "SELECT rowid AS k, request_id, attempt, tranche_id, outcome, status_code,
-                             error, created_at
+                             error, created_at, model, input_tokens, cached_input_tokens,
+                             cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
+                             reasoning_tokens
                       FROM attempts WHERE rowid > ? ORDER BY rowid LIMIT ?",
             insert = "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code,
-                             error, created_at)
+                             error, created_at, model, input_tokens, cached_input_tokens,
+                             cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
+                             reasoning_tokens)
                       SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[],
-                             $5::bigint[], $6::text[], $7::bigint[])",
+                             $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[],
+                             $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
+                             $14::bigint[])",
             keys = [k: i64 = i64::MIN],
             columns = [request_id: i64, attempt: i64, tranche_id: String, outcome: String,
-                status_code: Option<i64>, error: Option<String>, created_at: i64]
+                status_code: Option<i64>, error: Option<String>, created_at: i64,
+                model: Option<String>, input_tokens: Option<i64>,
+                cached_input_tokens: Option<i64>, cache_write_5m_tokens: Option<i64>,
+                cache_write_1h_tokens: Option<i64>, output_tokens: Option<i64>,
+                reasoning_tokens: Option<i64>]
+        );
+        copy_table!(src, tx, report, "usage_totals", page = PAGE,
+            select = "SELECT rowid AS k, job_id, kind, provider, model, day, requests,
+                             input_tokens, cached_input_tokens, cache_write_5m_tokens,
+                             cache_write_1h_tokens, output_tokens, reasoning_tokens
+                      FROM usage_totals WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            insert = "INSERT INTO usage_totals (job_id, kind, provider, model, day, requests,
+                             input_tokens, cached_input_tokens, cache_write_5m_tokens,
+                             cache_write_1h_tokens, output_tokens, reasoning_tokens)
+                      SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[],
+                             $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[],
+                             $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[])",
+            keys = [k: i64 = i64::MIN],
+            columns = [job_id: String, kind: String, provider: String, model: String, day: i64,
+                requests: i64, input_tokens: i64, cached_input_tokens: i64,
+                cache_write_5m_tokens: i64, cache_write_1h_tokens: i64, output_tokens: i64,
+                reasoning_tokens: i64]
         );
         copy_table!(src, tx, report, "provider_files", page = PAGE,
             select = "SELECT rowid AS k, provider, file_id, purpose, tranche_id, filename, bytes,

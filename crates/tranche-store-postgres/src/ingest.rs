@@ -2,7 +2,7 @@
 
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
-use tranche_core::{TrancheId, TrancheState};
+use tranche_core::{TokenUsage, TrancheId, TrancheState};
 use tranche_store::rows::*;
 use tranche_store::*;
 
@@ -18,8 +18,18 @@ impl IngestStore for PgStore {
         // The tranche's row is not locked here: the holder renews its lease while it ingests.
         // Two engines ingesting the same tranche wait for each other's rows, and only the one
         // still holding the lease commits.
-        let tx = self.begin_write().await?;
-        Ok(Box::new(PgIngestWriter { tx, tranche: tranche.to_string(), held }))
+        let mut tx = self.begin_write().await?;
+        let provider: Option<String> =
+            sqlx::query_scalar("SELECT provider FROM tranches WHERE id = $1")
+                .bind(tranche.to_string())
+                .fetch_optional(&mut *tx)
+                .await?;
+        Ok(Box::new(PgIngestWriter {
+            tx,
+            tranche: tranche.to_string(),
+            provider: provider.unwrap_or_default(),
+            held,
+        }))
     }
 }
 
@@ -28,6 +38,8 @@ impl IngestStore for PgStore {
 pub(crate) struct PgIngestWriter {
     tx: Transaction<'static, Postgres>,
     tranche: String,
+    /// The tranche's provider, under which its usage is counted.
+    provider: String,
     held: Held,
 }
 
@@ -36,8 +48,13 @@ pub(crate) struct PgIngestWriter {
 struct Lines<'a> {
     wire_id: Vec<&'a str>,
     status_code: Vec<i64>,
+    model: Vec<Option<&'a str>>,
     input_tokens: Vec<Option<i64>>,
+    cached_input_tokens: Vec<Option<i64>>,
+    cache_write_5m_tokens: Vec<Option<i64>>,
+    cache_write_1h_tokens: Vec<Option<i64>>,
     output_tokens: Vec<Option<i64>>,
+    reasoning_tokens: Vec<Option<i64>>,
     output_object: Vec<Option<&'a str>>,
     output_offset: Vec<Option<i64>>,
     output_length: Vec<Option<i64>>,
@@ -59,8 +76,15 @@ impl PgIngestWriter {
             };
             lines.wire_id.push(&line.wire_id);
             lines.status_code.push(i64::from(line.status_code));
-            lines.input_tokens.push(line.input_tokens.map(to_i64));
-            lines.output_tokens.push(line.output_tokens.map(to_i64));
+            let billed = line.billed.as_ref();
+            let tokens = |f: fn(&TokenUsage) -> u64| billed.map(|b| to_i64(f(&b.tokens)));
+            lines.model.push(billed.map(|b| b.model.as_str()));
+            lines.input_tokens.push(tokens(|t| t.input));
+            lines.cached_input_tokens.push(tokens(|t| t.cached_input));
+            lines.cache_write_5m_tokens.push(tokens(|t| t.cache_write_5m));
+            lines.cache_write_1h_tokens.push(tokens(|t| t.cache_write_1h));
+            lines.output_tokens.push(tokens(|t| t.output));
+            lines.reasoning_tokens.push(tokens(|t| t.reasoning));
             lines.output_object.push(range.map(|r| r.0));
             lines.output_offset.push(range.map(|r| r.1));
             lines.output_length.push(range.map(|r| r.2));
@@ -69,12 +93,16 @@ impl PgIngestWriter {
         // The first line with a wire id is the one recorded (`DISTINCT ON` keeps it; a later
         // one, in another chunk, finds its request answered). Each request waiting in the
         // tranche with that wire id is answered by it, looked up in `requests_by_tranche`.
-        let row = sqlx::query(
+        let row = sqlx::query(concat!(
             "WITH lines AS (
                 SELECT * FROM UNNEST($2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
-                                     $6::text[], $7::bigint[], $8::bigint[], $9::text[])
+                                     $6::text[], $7::bigint[], $8::bigint[], $9::text[],
+                                     $11::text[], $12::bigint[], $13::bigint[], $14::bigint[],
+                                     $15::bigint[])
                     WITH ORDINALITY AS l(wire_id, status_code, input_tokens, output_tokens,
-                                         output_object, output_offset, output_length, output, n)
+                                         output_object, output_offset, output_length, output,
+                                         model, cached_input_tokens, cache_write_5m_tokens,
+                                         cache_write_1h_tokens, reasoning_tokens, n)
              ),
              first AS (SELECT DISTINCT ON (wire_id) * FROM lines ORDER BY wire_id, n),
              answered AS (
@@ -85,21 +113,44 @@ impl PgIngestWriter {
                        output_length = f.output_length
                 FROM first AS f
                 WHERE r.tranche_id = $1 AND r.state = 'queued' AND r.wire_id = f.wire_id
-                RETURNING r.id, r.attempts, f.status_code, f.output
+                RETURNING r.id, r.attempts, r.job_id, f.status_code, f.output, f.model,
+                          f.input_tokens, f.cached_input_tokens, f.cache_write_5m_tokens,
+                          f.cache_write_1h_tokens, f.output_tokens, f.reasoning_tokens
              ),
              tried AS (
                 INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code,
-                                      created_at)
-                SELECT id, attempts, $1, 'succeeded', status_code, $10 FROM answered
+                                      created_at, model, input_tokens, cached_input_tokens,
+                                      cache_write_5m_tokens, cache_write_1h_tokens,
+                                      output_tokens, reasoning_tokens)
+                SELECT id, attempts, $1, 'succeeded', status_code, $10, model, input_tokens,
+                       cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+                       output_tokens, reasoning_tokens
+                FROM answered
                 ON CONFLICT (request_id, tranche_id) DO NOTHING
+             ),
+             -- Each answered request was queued in this tranche: a new attempt, counted here
+             -- once; the transaction commits with the tranche's move or not at all.
+             billed AS (
+                INSERT INTO usage_totals
+                    (job_id, kind, provider, model, day, requests, input_tokens,
+                     cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+                     output_tokens, reasoning_tokens)
+                SELECT job_id, 'billed', $16, model, $17, COUNT(*), SUM(input_tokens),
+                       SUM(cached_input_tokens), SUM(cache_write_5m_tokens),
+                       SUM(cache_write_1h_tokens), SUM(output_tokens), SUM(reasoning_tokens)
+                FROM answered WHERE model IS NOT NULL
+                GROUP BY job_id, model
+                ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+            usage_add!(),
+            "
              ),
              kept AS (
                 INSERT INTO request_outputs (request_id, output)
                 SELECT id, output FROM answered WHERE output IS NOT NULL
                 ON CONFLICT (request_id) DO NOTHING
              )
-             SELECT COUNT(*) FROM answered",
-        )
+             SELECT COUNT(*) FROM answered"
+        ))
         .bind(&self.tranche)
         .bind(&lines.wire_id)
         .bind(&lines.status_code)
@@ -110,6 +161,13 @@ impl PgIngestWriter {
         .bind(&lines.output_length)
         .bind(&lines.output)
         .bind(at)
+        .bind(&lines.model)
+        .bind(&lines.cached_input_tokens)
+        .bind(&lines.cache_write_5m_tokens)
+        .bind(&lines.cache_write_1h_tokens)
+        .bind(&lines.reasoning_tokens)
+        .bind(&self.provider)
+        .bind(day_of(at))
         .fetch_one(&mut *self.tx)
         .await?;
         Ok(to_u64(row.try_get(0)?))
@@ -118,10 +176,14 @@ impl PgIngestWriter {
     async fn insert_attempt(&mut self, row: &PgRow, update: &ResultUpdate<'_>) -> StoreResult<()> {
         let request_id: i64 = row.try_get(0)?;
         let attempt: i64 = row.try_get(1)?;
-        sqlx::query(
+        let billed = update.billed;
+        let tokens = |f: fn(&TokenUsage) -> u64| billed.map(|b| to_i64(f(&b.tokens)));
+        let inserted = sqlx::query(
             "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, error,
-                                   created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+                                   created_at, model, input_tokens, cached_input_tokens,
+                                   cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
+                                   reasoning_tokens)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
              ON CONFLICT (request_id, tranche_id) DO NOTHING",
         )
         .bind(request_id)
@@ -131,6 +193,37 @@ impl PgIngestWriter {
         .bind(update.status_code.map(i64::from))
         .bind(update.error)
         .bind(update.at)
+        .bind(billed.map(|b| b.model.as_str()))
+        .bind(tokens(|t| t.input))
+        .bind(tokens(|t| t.cached_input))
+        .bind(tokens(|t| t.cache_write_5m))
+        .bind(tokens(|t| t.cache_write_1h))
+        .bind(tokens(|t| t.output))
+        .bind(tokens(|t| t.reasoning))
+        .execute(&mut *self.tx)
+        .await?
+        .rows_affected();
+        let Some(billed) = billed.filter(|_| inserted == 1) else { return Ok(()) };
+        let job_id: String = row.try_get(2)?;
+        let t = &billed.tokens;
+        sqlx::query(concat!(
+            "INSERT INTO usage_totals
+                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
+                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
+             VALUES ($1, 'billed', $2, $3, $4, 1, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+            usage_add!()
+        ))
+        .bind(job_id)
+        .bind(&self.provider)
+        .bind(&billed.model)
+        .bind(day_of(update.at))
+        .bind(to_i64(t.input))
+        .bind(to_i64(t.cached_input))
+        .bind(to_i64(t.cache_write_5m))
+        .bind(to_i64(t.cache_write_1h))
+        .bind(to_i64(t.output))
+        .bind(to_i64(t.reasoning))
         .execute(&mut *self.tx)
         .await?;
         Ok(())
@@ -178,12 +271,12 @@ impl IngestWriter for PgIngestWriter {
                     tranche_id = CASE WHEN $1 = 'pending' THEN NULL ELSE tranche_id END,
                     not_before = $7, output_object = $8, output_offset = $9, output_length = $10
              WHERE tranche_id = $11 AND wire_id = $12 AND state = 'queued'
-             RETURNING id, attempts",
+             RETURNING id, attempts, job_id",
         )
         .bind(update.state.as_str())
         .bind(update.error)
-        .bind(update.input_tokens.map(to_i64))
-        .bind(update.output_tokens.map(to_i64))
+        .bind(update.billed.map(|b| to_i64(b.tokens.input)))
+        .bind(update.billed.map(|b| to_i64(b.tokens.output)))
         .bind(update.state.is_terminal().then_some(update.at))
         .bind(i64::from(update.spends_attempt))
         .bind(update.not_before)

@@ -25,6 +25,20 @@ macro_rules! db_now_ms {
     };
 }
 
+/// What a `usage_totals` upsert adds to the row it meets: every count of the row proposed.
+/// A macro so that the statements stay string literals (`concat!`).
+macro_rules! usage_add {
+    () => {
+        "requests = usage_totals.requests + excluded.requests,
+         input_tokens = usage_totals.input_tokens + excluded.input_tokens,
+         cached_input_tokens = usage_totals.cached_input_tokens + excluded.cached_input_tokens,
+         cache_write_5m_tokens = usage_totals.cache_write_5m_tokens + excluded.cache_write_5m_tokens,
+         cache_write_1h_tokens = usage_totals.cache_write_1h_tokens + excluded.cache_write_1h_tokens,
+         output_tokens = usage_totals.output_tokens + excluded.output_tokens,
+         reasoning_tokens = usage_totals.reasoning_tokens + excluded.reasoning_tokens"
+    };
+}
+
 mod answers;
 mod blobs;
 mod files;
@@ -36,6 +50,7 @@ mod plan;
 mod prune;
 mod queries;
 mod tranches;
+mod usage;
 mod writer;
 
 fn migrator() -> Migrator {
@@ -48,11 +63,10 @@ fn migrator() -> Migrator {
             false,
         )
     };
-    Migrator::with_migrations(vec![migration(
-        1,
-        "init",
-        include_str!("../migrations/postgres/0001_init.sql"),
-    )])
+    Migrator::with_migrations(vec![
+        migration(1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+        migration(2, "usage ledger", include_str!("../migrations/postgres/0002_usage_ledger.sql")),
+    ])
 }
 
 /// Request rows per chunk at submit. Each chunk is one statement binding one array per column

@@ -2,7 +2,7 @@
 
 use sqlx::Row;
 use tranche_core::{Endpoint, LeaseToken, ProviderKind};
-use tranche_store::rows::{parse, to_i64, to_u64};
+use tranche_store::rows::{day_of, parse, to_i64, to_u64};
 use tranche_store::*;
 
 use crate::PgStore;
@@ -155,6 +155,33 @@ impl PlanStore for PgStore {
         )
         .bind(&waiting)
         .bind(&earlier)
+        .execute(&mut *tx)
+        .await?;
+        // What each answer cost where it was first billed counts as saved for the job that
+        // reuses it: the answering request's last attempt, the one that answered. The same
+        // requests as the update below (waiting, with an answer copied).
+        sqlx::query(concat!(
+            "INSERT INTO usage_totals
+                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
+                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
+             SELECT t.job_id, 'reused', tr.provider, pa.model, $3, COUNT(*), SUM(pa.input_tokens),
+                    SUM(pa.cached_input_tokens), SUM(pa.cache_write_5m_tokens),
+                    SUM(pa.cache_write_1h_tokens), SUM(pa.output_tokens), SUM(pa.reasoning_tokens)
+             FROM UNNEST($1::bigint[], $2::bigint[]) AS a(waiting, earlier)
+             JOIN requests AS t ON t.id = a.waiting AND t.state = 'pending'
+             JOIN requests AS p ON p.id = a.earlier
+             JOIN attempts AS pa ON pa.request_id = p.id AND pa.tranche_id = p.tranche_id
+             JOIN tranches AS tr ON tr.id = pa.tranche_id
+             WHERE pa.model IS NOT NULL
+               AND (t.output_object IS NOT NULL
+                    OR EXISTS (SELECT 1 FROM request_outputs AS o WHERE o.request_id = t.id))
+             GROUP BY t.job_id, tr.provider, pa.model
+             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+            usage_add!()
+        ))
+        .bind(&waiting)
+        .bind(&earlier)
+        .bind(day_of(at))
         .execute(&mut *tx)
         .await?;
         let done = sqlx::query(

@@ -24,6 +24,7 @@ async fn answers(store: &dyn Store) -> Vec<String> {
         out.push(format!("{:?}", store.job(id).await.unwrap()));
         out.push(format!("{:?}", store.job_counts(id).await.unwrap()));
         out.push(format!("{:?}", store.job_tokens(id).await.unwrap()));
+        out.push(format!("{:?}", store.job_usage(id).await.unwrap()));
         out.push(format!("{:?}", store.job_tranche_counts(id).await.unwrap()));
         out.push(format!("{:?}", store.job_file_counts(id).await.unwrap()));
         out.push(format!("{:?}", store.job_unfinished_tranches(id).await.unwrap()));
@@ -52,6 +53,7 @@ async fn a_sqlite_store_moves_whole_and_request_ids_continue() {
     // Jobs with results (stored and failed), bodies, files and audits, and a job still waiting
     // under an answer check.
     conformance::results_are_recorded_once_and_the_rest_in_bulk(&sqlite).await;
+    conformance::usage_is_counted_once_per_attempt(&sqlite).await;
     conformance::provider_files_are_tracked_until_deleted(&sqlite).await;
     checked_job(&sqlite, 5, "waiting").await;
     sqlite.deployment_fact("blob_store", "file:///blobs").await.unwrap();

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
-use tranche_core::{TrancheId, TrancheState};
+use tranche_core::{TokenUsage, TrancheId, TrancheState};
 use tranche_store::rows::*;
 use tranche_store::*;
 
@@ -25,8 +25,13 @@ impl IngestStore for SqliteStore {
                 request_id    INTEGER PRIMARY KEY,
                 attempt       INTEGER NOT NULL,
                 status_code   INTEGER NOT NULL,
+                model         TEXT,
                 input_tokens  INTEGER,
+                cached_input_tokens   INTEGER,
+                cache_write_5m_tokens INTEGER,
+                cache_write_1h_tokens INTEGER,
                 output_tokens INTEGER,
+                reasoning_tokens      INTEGER,
                 output_object TEXT,
                 output_offset INTEGER,
                 output_length INTEGER
@@ -35,8 +40,14 @@ impl IngestStore for SqliteStore {
         .execute(&mut *tx)
         .await?;
         sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *tx).await?;
+        let provider: Option<String> =
+            sqlx::query_scalar("SELECT provider FROM tranches WHERE id = ?")
+                .bind(tranche.to_string())
+                .fetch_optional(&mut *tx)
+                .await?;
         Ok(Box::new(SqliteIngestWriter {
             tx,
+            provider: provider.unwrap_or_default(),
             tranche: tranche.to_string(),
             held,
             staged: false,
@@ -50,6 +61,8 @@ impl IngestStore for SqliteStore {
 pub(crate) struct SqliteIngestWriter {
     tx: Transaction<'static, Sqlite>,
     tranche: String,
+    /// The tranche's provider, under which its usage is counted.
+    provider: String,
     held: Held,
     /// Successes are staged and not yet applied to `requests`.
     staged: bool,
@@ -92,8 +105,9 @@ impl SqliteIngestWriter {
         }
         let mut stage = QueryBuilder::<Sqlite>::new(
             "INSERT OR IGNORE INTO temp.ingest_staged
-                (request_id, attempt, status_code, input_tokens, output_tokens, output_object,
-                 output_offset, output_length) ",
+                (request_id, attempt, status_code, model, input_tokens, cached_input_tokens,
+                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens,
+                 output_object, output_offset, output_length) ",
         );
         stage.push_values(found.iter(), |mut row, (id, attempt, line)| {
             let range = match &line.output {
@@ -102,11 +116,18 @@ impl SqliteIngestWriter {
                 }
                 OutputRef::Text(_) => None,
             };
+            let billed = line.billed.as_ref();
+            let tokens = |f: fn(&TokenUsage) -> u64| billed.map(|b| to_i64(f(&b.tokens)));
             row.push_bind(*id)
                 .push_bind(*attempt)
                 .push_bind(i64::from(line.status_code))
-                .push_bind(line.input_tokens.map(to_i64))
-                .push_bind(line.output_tokens.map(to_i64))
+                .push_bind(billed.map(|b| b.model.as_str()))
+                .push_bind(tokens(|t| t.input))
+                .push_bind(tokens(|t| t.cached_input))
+                .push_bind(tokens(|t| t.cache_write_5m))
+                .push_bind(tokens(|t| t.cache_write_1h))
+                .push_bind(tokens(|t| t.output))
+                .push_bind(tokens(|t| t.reasoning))
                 .push_bind(range.map(|r| r.0))
                 .push_bind(range.map(|r| r.1))
                 .push_bind(range.map(|r| r.2));
@@ -155,13 +176,37 @@ impl SqliteIngestWriter {
         .execute(&mut *self.tx)
         .await?;
         sqlx::query(
-            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, created_at)
-             SELECT request_id, attempt, ?, 'succeeded', status_code, ? FROM temp.ingest_staged
+            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, created_at,
+                                   model, input_tokens, cached_input_tokens, cache_write_5m_tokens,
+                                   cache_write_1h_tokens, output_tokens, reasoning_tokens)
+             SELECT request_id, attempt, ?, 'succeeded', status_code, ?, model, input_tokens,
+                    cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+                    output_tokens, reasoning_tokens
+             FROM temp.ingest_staged
              WHERE true
              ON CONFLICT (request_id, tranche_id) DO NOTHING",
         )
         .bind(&self.tranche)
         .bind(at)
+        .execute(&mut *self.tx)
+        .await?;
+        // Every staged request was queued in this tranche, so each is a new attempt, counted
+        // here once; the transaction commits with the tranche's move or not at all.
+        sqlx::query(concat!(
+            "INSERT INTO usage_totals
+                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
+                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
+             SELECT r.job_id, 'billed', ?, s.model, ?, COUNT(*), SUM(s.input_tokens),
+                    SUM(s.cached_input_tokens), SUM(s.cache_write_5m_tokens),
+                    SUM(s.cache_write_1h_tokens), SUM(s.output_tokens), SUM(s.reasoning_tokens)
+             FROM temp.ingest_staged AS s JOIN requests AS r ON r.id = s.request_id
+             WHERE s.model IS NOT NULL
+             GROUP BY r.job_id, s.model
+             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+            usage_add!()
+        ))
+        .bind(&self.provider)
+        .bind(day_of(at))
         .execute(&mut *self.tx)
         .await?;
         sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *self.tx).await?;
@@ -176,9 +221,14 @@ impl SqliteIngestWriter {
     ) -> StoreResult<()> {
         let request_id: i64 = row.try_get(0)?;
         let attempt: i64 = row.try_get(1)?;
-        sqlx::query(
-            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, error, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?)
+        let billed = update.billed;
+        let tokens = |f: fn(&TokenUsage) -> u64| billed.map(|b| to_i64(f(&b.tokens)));
+        let inserted = sqlx::query(
+            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, error,
+                                   created_at, model, input_tokens, cached_input_tokens,
+                                   cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
+                                   reasoning_tokens)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (request_id, tranche_id) DO NOTHING",
         )
         .bind(request_id)
@@ -188,6 +238,37 @@ impl SqliteIngestWriter {
         .bind(update.status_code.map(i64::from))
         .bind(update.error)
         .bind(update.at)
+        .bind(billed.map(|b| b.model.as_str()))
+        .bind(tokens(|t| t.input))
+        .bind(tokens(|t| t.cached_input))
+        .bind(tokens(|t| t.cache_write_5m))
+        .bind(tokens(|t| t.cache_write_1h))
+        .bind(tokens(|t| t.output))
+        .bind(tokens(|t| t.reasoning))
+        .execute(&mut *self.tx)
+        .await?
+        .rows_affected();
+        let Some(billed) = billed.filter(|_| inserted == 1) else { return Ok(()) };
+        let job_id: String = row.try_get(2)?;
+        let t = &billed.tokens;
+        sqlx::query(concat!(
+            "INSERT INTO usage_totals
+                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
+                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
+             VALUES (?, 'billed', ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+            usage_add!()
+        ))
+        .bind(job_id)
+        .bind(&self.provider)
+        .bind(&billed.model)
+        .bind(day_of(update.at))
+        .bind(to_i64(t.input))
+        .bind(to_i64(t.cached_input))
+        .bind(to_i64(t.cache_write_5m))
+        .bind(to_i64(t.cache_write_1h))
+        .bind(to_i64(t.output))
+        .bind(to_i64(t.reasoning))
         .execute(&mut *self.tx)
         .await?;
         Ok(())
@@ -238,12 +319,12 @@ impl IngestWriter for SqliteIngestWriter {
                     tranche_id = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_id END,
                     not_before = ?7, output_object = ?8, output_offset = ?9, output_length = ?10
              WHERE tranche_id = ?11 AND wire_id = ?12 AND state = 'queued'
-             RETURNING id, attempts",
+             RETURNING id, attempts, job_id",
         )
         .bind(update.state.as_str())
         .bind(update.error)
-        .bind(update.input_tokens.map(to_i64))
-        .bind(update.output_tokens.map(to_i64))
+        .bind(update.billed.map(|b| to_i64(b.tokens.input)))
+        .bind(update.billed.map(|b| to_i64(b.tokens.output)))
         .bind(update.state.is_terminal().then_some(update.at))
         .bind(i64::from(update.spends_attempt))
         .bind(update.not_before)

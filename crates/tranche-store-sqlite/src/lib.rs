@@ -22,6 +22,20 @@ macro_rules! db_now_ms {
     };
 }
 
+/// What a `usage_totals` upsert adds to the row it meets: every count of the row proposed.
+/// A macro so that the statements stay string literals (`concat!`).
+macro_rules! usage_add {
+    () => {
+        "requests = requests + excluded.requests,
+         input_tokens = input_tokens + excluded.input_tokens,
+         cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
+         cache_write_5m_tokens = cache_write_5m_tokens + excluded.cache_write_5m_tokens,
+         cache_write_1h_tokens = cache_write_1h_tokens + excluded.cache_write_1h_tokens,
+         output_tokens = output_tokens + excluded.output_tokens,
+         reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens"
+    };
+}
+
 mod answers;
 mod blobs;
 mod files;
@@ -32,6 +46,7 @@ mod plan;
 mod prune;
 mod queries;
 mod tranches;
+mod usage;
 mod writer;
 
 fn migrator() -> Migrator {
@@ -74,6 +89,7 @@ fn migrator() -> Migrator {
         migration(12, "answer checks", include_str!("../migrations/sqlite/0012_answer_checks.sql")),
         migration(13, "paused jobs", include_str!("../migrations/sqlite/0013_paused_jobs.sql")),
         migration(14, "file audits", include_str!("../migrations/sqlite/0014_file_audits.sql")),
+        migration(15, "usage ledger", include_str!("../migrations/sqlite/0015_usage_ledger.sql")),
     ])
 }
 

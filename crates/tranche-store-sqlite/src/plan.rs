@@ -2,7 +2,7 @@
 
 use sqlx::Row;
 use tranche_core::{Endpoint, LeaseToken, ProviderKind};
-use tranche_store::rows::{parse, to_i64, to_u64};
+use tranche_store::rows::{day_of, parse, to_i64, to_u64};
 use tranche_store::*;
 
 use crate::SqliteStore;
@@ -143,6 +143,32 @@ impl PlanStore for SqliteStore {
             .execute(&mut *tx)
             .await?;
         }
+        // What each answer cost where it was first billed counts as saved for the job that
+        // reuses it: the answering request's last attempt, the one that answered. The same
+        // requests as the update below (waiting, with an answer copied).
+        sqlx::query(concat!(
+            "INSERT INTO usage_totals
+                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
+                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
+             SELECT t.job_id, 'reused', tr.provider, a.model, ?, COUNT(*), SUM(a.input_tokens),
+                    SUM(a.cached_input_tokens), SUM(a.cache_write_5m_tokens),
+                    SUM(a.cache_write_1h_tokens), SUM(a.output_tokens), SUM(a.reasoning_tokens)
+             FROM json_each(?) AS j
+             JOIN requests AS t ON t.id = json_extract(j.value, '$[0]') AND t.state = 'pending'
+             JOIN requests AS p ON p.id = json_extract(j.value, '$[1]')
+             JOIN attempts AS a ON a.request_id = p.id AND a.tranche_id = p.tranche_id
+             JOIN tranches AS tr ON tr.id = a.tranche_id
+             WHERE a.model IS NOT NULL
+               AND (t.output_object IS NOT NULL
+                    OR EXISTS (SELECT 1 FROM request_outputs AS o WHERE o.request_id = t.id))
+             GROUP BY t.job_id, tr.provider, a.model
+             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+            usage_add!()
+        ))
+        .bind(day_of(at))
+        .bind(&pairs)
+        .execute(&mut *tx)
+        .await?;
         let done = sqlx::query(
             "UPDATE requests SET
                 state = 'succeeded', cached = 1, finished_at = ?, error = NULL,

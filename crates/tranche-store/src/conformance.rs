@@ -23,7 +23,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use tranche_core::{
     AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
-    RequestState, TrancheId, TrancheState,
+    RequestState, TokenUsage, TrancheId, TrancheState,
 };
 
 use crate::*;
@@ -181,12 +181,17 @@ fn fatal(at: i64) -> ResultUpdate<'static> {
         status_code: Some(400),
         output: None,
         error: Some("{}"),
-        input_tokens: None,
-        output_tokens: None,
+        billed: None,
         spends_attempt: true,
         not_before: 0,
         at,
     }
+}
+
+/// A usage of `input` tokens, a fifth of them read from the cache, and `output` tokens.
+fn billed(model: &str, input: u64, output: u64) -> Billed {
+    let tokens = TokenUsage { input, cached_input: input / 5, output, ..TokenUsage::default() };
+    Billed { model: model.to_owned(), tokens }
 }
 
 fn success(wire_id: &str, output: &str) -> Success {
@@ -194,8 +199,7 @@ fn success(wire_id: &str, output: &str) -> Success {
         wire_id: wire_id.into(),
         status_code: 200,
         output: OutputRef::Text(output.into()),
-        input_tokens: Some(2),
-        output_tokens: Some(3),
+        billed: Some(billed("m-2024-01-01", 2, 3)),
     }
 }
 
@@ -313,14 +317,14 @@ pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
     let tranche = NewTranche { bytes: 30, created_at: 1, ..new_tranche(ProviderKind::Openai, "m") };
     create_tranche(store, &tranche, &ids).await;
     let answer = OutputRef::Text(r#"{"ok":true}"#.into());
+    let five_and_seven = billed("m", 5, 7);
     let ok = ResultUpdate {
         state: RequestState::Succeeded,
         outcome: AttemptOutcome::Succeeded,
         status_code: Some(200),
         output: Some(&answer),
         error: None,
-        input_tokens: Some(5),
-        output_tokens: Some(7),
+        billed: Some(&five_and_seven),
         spends_attempt: true,
         not_before: 0,
         at: 2,
@@ -339,8 +343,7 @@ pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
         status_code: None,
         output: None,
         error: Some(r#"{"code":"missing_result"}"#),
-        input_tokens: None,
-        output_tokens: None,
+        billed: None,
         spends_attempt: true,
         not_before: 0,
         at: 2,
@@ -663,8 +666,7 @@ pub async fn counts_follow_every_change(store: &dyn Store) {
         status_code: Some(500),
         output: None,
         error: Some("{}"),
-        input_tokens: None,
-        output_tokens: None,
+        billed: None,
         spends_attempt,
         not_before: 0,
         at: 2,
@@ -1071,6 +1073,92 @@ pub async fn ingest_repeated_changes_nothing(store: &dyn Store) {
     assert_eq!(text(&rows[3]), Some(r#"{"n": 3}"#));
 }
 
+/// The usage ledger counts each attempt once: successes in bulk and one by one (an answer
+/// that failed its check was billed too), never a request that was not waiting, never what a
+/// rolled-back ingest recorded, never again when a tranche is ingested again; by model, as the
+/// results name them; by day; for one tenant; and what a reused answer saved its new job.
+pub async fn usage_is_counted_once_per_attempt(store: &dyn Store) {
+    const DAY: i64 = 86_400;
+    let at = 3 * DAY + 10;
+    let job = add_job(store, 4, "m").await;
+    let (tranche, _) = claim_all(store, "m").await;
+    let held = lease(store, tranche).await;
+    // A crash mid-ingest: the writer is dropped without committing.
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    let mut lines =
+        vec![Success { billed: Some(billed("m", 100, 10)), ..success("k0:t:v1", "{}") }];
+    assert_eq!(writer.record_successes(&mut lines, at).await.unwrap(), 1);
+    drop(writer);
+    assert!(store.job_usage(job).await.unwrap().is_empty(), "a rolled-back ingest counts nothing");
+
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    let mut lines = vec![
+        Success { billed: Some(billed("m-2024-07-18", 100, 10)), ..success("k0:t:v1", "{}") },
+        Success { billed: Some(billed("m", 200, 20)), ..success("k1:t:v1", "{}") },
+        // A second line for a request already answered, and one for no request: not counted.
+        Success { billed: Some(billed("m", 999, 99)), ..success("k1:t:v1", "{}") },
+        Success { billed: Some(billed("m", 999, 99)), ..success("nope", "{}") },
+    ];
+    assert_eq!(writer.record_successes(&mut lines, at).await.unwrap(), 2);
+    // An answer that failed its check goes out again: billed all the same.
+    let invalid = billed("m", 50, 5);
+    let retry = ResultUpdate {
+        state: RequestState::Pending,
+        outcome: AttemptOutcome::Errored,
+        status_code: Some(200),
+        output: None,
+        error: Some("{}"),
+        billed: Some(&invalid),
+        spends_attempt: true,
+        not_before: 0,
+        at,
+    };
+    assert!(writer.record("k2:t:v1", &retry).await.unwrap());
+    assert!(!writer.record("k2:t:v1", &retry).await.unwrap(), "answered already");
+    assert!(writer.record("k3:t:v1", &fatal(at)).await.unwrap());
+    assert!(writer.commit(TrancheState::Ingesting, at).await.unwrap());
+    // Ingesting the tranche again finds nothing waiting.
+    let again = Held { token: held.token, state: TrancheState::Ingesting };
+    let mut writer = store.begin_ingest(tranche, again).await.unwrap();
+    let mut lines =
+        vec![Success { billed: Some(billed("m", 100, 10)), ..success("k0:t:v1", "{}") }];
+    assert_eq!(writer.record_successes(&mut lines, at + DAY).await.unwrap(), 0);
+    assert!(!writer.record("k2:t:v1", &retry).await.unwrap());
+    assert!(writer.commit(TrancheState::Cleaning, at + DAY).await.unwrap());
+
+    let row = |model: &str, requests, input, output| UsageRow {
+        kind: UsageKind::Billed,
+        provider: ProviderKind::Openai,
+        model: model.to_owned(),
+        requests,
+        tokens: billed(model, input, output).tokens,
+    };
+    let mut m = row("m", 2, 250, 25);
+    m.tokens.cached_input = 40 + 10;
+    let expected = vec![m, row("m-2024-07-18", 1, 100, 10)];
+    assert_eq!(store.job_usage(job).await.unwrap(), expected);
+    // By day: the day of `at` onwards holds it all, the next day nothing.
+    assert_eq!(store.usage_since(3 * DAY, None).await.unwrap(), expected);
+    assert_eq!(store.usage_since(at, None).await.unwrap(), expected, "the whole day counts");
+    assert!(store.usage_since(4 * DAY, None).await.unwrap().is_empty());
+    assert!(store.usage_since(0, Some("acme")).await.unwrap().is_empty(), "no job of acme's");
+
+    // A later job whose first request is answered from k0's result: what that answer cost,
+    // saved; nothing billed to it.
+    let later = add_job(store, 1, "m").await;
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 10).await.unwrap();
+    assert_eq!(store.answer_from(&answers, at).await.unwrap(), 1);
+    let reused = store.job_usage(later).await.unwrap();
+    let saved = UsageRow { kind: UsageKind::Reused, ..row("m-2024-07-18", 1, 100, 10) };
+    assert_eq!(reused, vec![saved]);
+    assert_eq!(store.job_usage(job).await.unwrap(), expected, "the first job's stays");
+    // Pruning the first job keeps its ledger.
+    assert_eq!(store.cancel_job(job, at).await.unwrap(), 1);
+    assert!(store.set_job_state(job, JobState::Cancelled, None, at).await.unwrap());
+    assert!(store.prune_job_rows(job, at + 2 * DAY).await.unwrap() > 0);
+    assert_eq!(store.job_usage(job).await.unwrap(), expected, "kept when pruned");
+}
+
 /// A job of `(key, input hash)` pairs, all of model `m`.
 async fn add_hashed_job(store: &dyn Store, requests: &[(&str, &str)]) -> JobId {
     let job = new_job();
@@ -1162,6 +1250,7 @@ macro_rules! store_conformance {
             blob_objects_are_recorded_with_size_and_hash,
             twins_wait_and_answers_are_reused_only_when_checked_and_approved,
             verdicts_apply_to_ended_requests_and_reopen_the_job,
+            usage_is_counted_once_per_attempt,
         );
     };
     (@checks $factory:path; $($check:ident,)+) => {

@@ -18,5 +18,5 @@ pub use error::{DuplicateCustomId, StoreError, StoreResult};
 pub use records::*;
 pub use traits::{
     AnswerStore, BlobIndex, DeploymentStore, FileStore, IngestStore, IngestWriter, JobStore,
-    JobWriter, LeaseStore, PlanStore, PruneStore, QueryStore, Store, TrancheStore,
+    JobWriter, LeaseStore, PlanStore, PruneStore, QueryStore, Store, TrancheStore, UsageStore,
 };

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 pub use tranche_core::AttemptOutcome;
 use tranche_core::{
     AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
-    RequestState, TrancheId, TrancheState,
+    RequestState, TokenUsage, TrancheId, TrancheState,
 };
 
 /// A job as first recorded.
@@ -345,8 +345,9 @@ pub struct ResultUpdate<'a> {
     pub output: Option<&'a OutputRef>,
     /// The error as JSON, for failures.
     pub error: Option<&'a str>,
-    pub input_tokens: Option<u64>,
-    pub output_tokens: Option<u64>,
+    /// What the provider billed for this attempt (an answer that failed its check was billed
+    /// too); recorded once per attempt, in the usage ledger.
+    pub billed: Option<&'a Billed>,
     /// Whether this result spends one of the request's attempts (a whole-batch failure
     /// returns requests to the pool without spending one).
     pub spends_attempt: bool,
@@ -362,8 +363,56 @@ pub struct Success {
     pub status_code: u16,
     /// The provider's response body, as it returned it.
     pub output: OutputRef,
-    pub input_tokens: Option<u64>,
-    pub output_tokens: Option<u64>,
+    /// What the provider billed for it, when the response says.
+    pub billed: Option<Billed>,
+}
+
+/// What the provider billed one attempt for: the model that answered and its tokens by kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Billed {
+    /// The model the response names, or the tranche's when it names none.
+    pub model: String,
+    pub tokens: TokenUsage,
+}
+
+/// Whether a ledger row counts tokens a provider billed, or tokens an earlier result saved
+/// (requests answered from it, at no cost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UsageKind {
+    Billed,
+    Reused,
+}
+
+impl UsageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Billed => "billed",
+            Self::Reused => "reused",
+        }
+    }
+}
+
+impl std::str::FromStr for UsageKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "billed" => Ok(Self::Billed),
+            "reused" => Ok(Self::Reused),
+            other => Err(format!("unknown usage kind {other:?}")),
+        }
+    }
+}
+
+/// Tokens of one kind of usage, provider and model, summed over a job or a period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRow {
+    pub kind: UsageKind,
+    pub provider: ProviderKind,
+    pub model: String,
+    /// Attempts (billed) or requests (reused) counted.
+    pub requests: u64,
+    pub tokens: TokenUsage,
 }
 
 /// Where a request stands in its retry budget, for the engine to decide what a failure means.

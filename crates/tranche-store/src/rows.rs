@@ -5,11 +5,12 @@
 use std::str::FromStr;
 
 use sqlx::{ColumnIndex, Decode, Row, Type};
-use tranche_core::{AccountId, EngineId};
+use tranche_core::{AccountId, EngineId, TokenUsage};
 
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
     AttemptInfo, InputBody, JobRecord, OutputRef, ResultRow, Review, ReviewVerdict, TrancheRecord,
+    UsageRow,
 };
 
 /// A value a row of database `DB` can be read as.
@@ -86,6 +87,12 @@ where
 pub fn json_opt(s: Option<String>) -> StoreResult<Option<serde_json::Value>> {
     s.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("json: {e}"))))
         .transpose()
+}
+
+/// The start (UTC midnight, unix seconds) of the day a time falls in: the usage ledger's
+/// granularity.
+pub fn day_of(at: i64) -> i64 {
+    at - at.rem_euclid(86_400)
 }
 
 /// A count or size as stored (databases have signed 64-bit integers).
@@ -220,4 +227,24 @@ pub fn input_body(
         }
         _ => None,
     }
+}
+
+/// One row of a usage query: kind, provider, model, then the sums of `requests` and of each
+/// token column in the table's order.
+pub fn usage_from_row(row: &impl StoredRow) -> StoreResult<UsageRow> {
+    let n = |i: usize| -> StoreResult<u64> { Ok(to_u64(row.int_at(i)?)) };
+    Ok(UsageRow {
+        kind: parse("usage kind", &row.text_at(0)?)?,
+        provider: parse("provider", &row.text_at(1)?)?,
+        model: row.text_at(2)?,
+        requests: n(3)?,
+        tokens: TokenUsage {
+            input: n(4)?,
+            cached_input: n(5)?,
+            cache_write_5m: n(6)?,
+            cache_write_1h: n(7)?,
+            output: n(8)?,
+            reasoning: n(9)?,
+        },
+    })
 }

@@ -473,6 +473,19 @@ pub trait AnswerStore: Send + Sync {
     async fn request_body(&self, job: JobId, custom_id: &str) -> StoreResult<Option<InputBody>>;
 }
 
+/// The usage ledger: what providers billed each job for, and what earlier answers saved it,
+/// summed by kind, provider and model. Written by ingest and by answering from earlier results,
+/// once per attempt; kept when a job is pruned.
+#[async_trait::async_trait]
+pub trait UsageStore: Send + Sync {
+    /// A job's usage.
+    async fn job_usage(&self, job: JobId) -> StoreResult<Vec<UsageRow>>;
+
+    /// Usage recorded from the day `since` (unix seconds) falls in onwards (the ledger keeps
+    /// days), over every job, or one tenant's jobs.
+    async fn usage_since(&self, since: i64, tenant: Option<&str>) -> StoreResult<Vec<UsageRow>>;
+}
+
 /// A whole store: every capability, one backend.
 #[async_trait::async_trait]
 pub trait Store:
@@ -487,6 +500,7 @@ pub trait Store:
     + PruneStore
     + BlobIndex
     + AnswerStore
+    + UsageStore
     + std::fmt::Debug
 {
     /// Closes every connection (SQLite checkpoints its log).

@@ -3,9 +3,10 @@
 
 use tracing::{info, warn};
 use tranche_core::{OnInvalid, TrancheState};
-use tranche_providers::{BatchStatus, LineError, LineOutcome, Provider};
+use tranche_providers::{BatchStatus, LineError, LineOutcome, Provider, Usage};
 use tranche_store::{
-    AttemptInfo, AttemptOutcome, OutputRef, ResultUpdate, Success, TrancheRecord, TrancheUpdate,
+    AttemptInfo, AttemptOutcome, Billed, OutputRef, ResultUpdate, Success, TrancheRecord,
+    TrancheUpdate,
 };
 
 use crate::engine::{Engine, StepError};
@@ -26,8 +27,15 @@ struct InvalidLine {
     status_code: u16,
     request_id: Option<String>,
     output: OutputRef,
-    usage: tranche_providers::Usage,
+    billed: Option<Billed>,
     invalid: tranche_core::validate::Invalid,
+}
+
+/// What a successful line was billed for: its usage under the model it names (the tranche's,
+/// where it names none).
+fn billed(tranche: &TrancheRecord, usage: Usage) -> Option<Billed> {
+    let tokens = usage.tokens?;
+    Some(Billed { model: usage.model.unwrap_or_else(|| tranche.model.clone()), tokens })
 }
 
 impl Engine {
@@ -101,7 +109,7 @@ impl Engine {
                                 status_code,
                                 request_id,
                                 output,
-                                usage,
+                                billed: billed(tranche, usage),
                                 invalid,
                             });
                             continue;
@@ -110,8 +118,7 @@ impl Engine {
                             wire_id: parsed.wire_id,
                             status_code,
                             output,
-                            input_tokens: usage.input_tokens,
-                            output_tokens: usage.output_tokens,
+                            billed: billed(tranche, usage),
                         });
                         if successes.len() >= SUCCESS_CHUNK {
                             let sent = successes.len() as u64;
@@ -225,8 +232,7 @@ impl Engine {
                 now,
             );
             update.output = Some(&line.output);
-            update.input_tokens = line.usage.input_tokens;
-            update.output_tokens = line.usage.output_tokens;
+            update.billed = line.billed.as_ref();
             if writer.record(&line.wire_id, &update).await? {
                 recorded += 1;
             } else {
@@ -261,8 +267,7 @@ impl Engine {
             status_code,
             output: None,
             error: Some(error),
-            input_tokens: None,
-            output_tokens: None,
+            billed: None,
             spends_attempt: verdict.spends_attempt,
             not_before: verdict.not_before,
             at: now,
