@@ -1,8 +1,10 @@
 //! tranche's domain: identities, fingerprints, input parsing, tranche planning, provider line
-//! codecs, prices, and the clock the engine reads; does no IO.
+//! codecs, prices and offline token counts, and the clock the engine reads;
+//! does no IO.
 
 pub mod clock;
 pub mod codec;
+pub mod count;
 pub mod extract;
 pub mod hash;
 pub mod ids;
