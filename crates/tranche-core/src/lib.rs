@@ -1,10 +1,11 @@
 //! tranche's domain: identities, fingerprints, input parsing, tranche planning, provider line
-//! codecs, prices and offline token counts, and the clock the engine reads;
+//! codecs, prices and offline token counts for cost estimates, and the clock the engine reads;
 //! does no IO.
 
 pub mod clock;
 pub mod codec;
 pub mod count;
+pub mod estimate;
 pub mod extract;
 pub mod hash;
 pub mod ids;
@@ -19,6 +20,7 @@ pub mod usage;
 pub mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use estimate::Estimate;
 pub use hash::InputHash;
 pub use ids::{AccountId, CustomId, CustomIdError, EngineId, JobId, LeaseToken, TrancheId};
 pub use price::{Costs, ModelPrice, PriceError, PriceRules, PriceTable};
