@@ -154,21 +154,23 @@ fn tools(enc: Encoding, value: Option<&Value>) -> u64 {
 fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter(|part| {
-                part.get("type")
-                    .and_then(Value::as_str)
-                    .is_some_and(|t| matches!(t, "text" | "input_text" | "output_text"))
-            })
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
-            .collect(),
+        Value::Array(parts) => parts.iter().filter_map(part_text).collect(),
         _ => String::new(),
     }
 }
 
+/// The `text` of a part typed `text` (or, in the Responses API, `input_text` or `output_text`).
+fn part_text(part: &Value) -> Option<&str> {
+    let kind = part.get("type").and_then(Value::as_str)?;
+    if matches!(kind, "text" | "input_text" | "output_text") {
+        part.get("text").and_then(Value::as_str)
+    } else {
+        None
+    }
+}
+
 /// A prompt or input: a string, or an array of strings, of token ids, of token-id arrays, or of
-/// `text` parts.
+/// text parts.
 fn plain_inputs(enc: Encoding, value: Option<&Value>) -> u64 {
     match value {
         Some(Value::String(s)) => enc.count(s),
@@ -178,7 +180,7 @@ fn plain_inputs(enc: Encoding, value: Option<&Value>) -> u64 {
                 Value::String(s) => enc.count(s),
                 Value::Number(_) => 1,
                 Value::Array(ids) => ids.len() as u64,
-                Value::Object(_) => enc.count(&content_text(&Value::Array(vec![item.clone()]))),
+                Value::Object(_) => part_text(item).map_or(0, |text| enc.count(text)),
                 _ => 0,
             })
             .sum(),
@@ -235,12 +237,12 @@ mod tests {
             + (3 + o200k("user") + o200k("Hello, world!") + o200k("ada") + 1)
             + (3 + o200k("assistant"));
         assert_eq!(input_tokens(ProviderKind::Openai, Endpoint::ChatCompletions, &body), expected);
-        // And by hand: "system" 1, "You are terse." 4 ("You"," are"," ter","se."), "user" 1,
-        // "Hello, world!" 4, "ada" 1, "assistant" 1.
-        assert_eq!(
-            (o200k("system"), o200k("user"), o200k("assistant"), o200k("Hello, world!")),
-            (1, 1, 1, 4)
-        );
+        // By hand, from the counts of the strings:
+        let strings = ["system", "You are terse.", "user", "Hello, world!", "ada", "assistant"];
+        let counts: Vec<u64> = strings.iter().map(|s| o200k(s)).collect();
+        assert_eq!(counts, [1, 4, 1, 4, 1, 1]);
+        // 3 + (3 + 1 + 4) + (3 + 1 + 4 + 1 + 1) + (3 + 1) = 3 + 8 + 10 + 4 = 25.
+        assert_eq!(expected, 25);
         assert_eq!(output_limit(&body), Some(50));
     }
 
@@ -299,6 +301,14 @@ mod tests {
         let body = json!({"model": "text-embedding-3-small", "input": [[1, 2, 3], [4]]});
         assert_eq!(input_tokens(ProviderKind::Openai, Endpoint::Embeddings, &body), 4);
         let body = json!({"model": "omni-moderation-latest", "input": "hi there"});
+        assert_eq!(
+            input_tokens(ProviderKind::Openai, Endpoint::Moderations, &body),
+            o200k("hi there")
+        );
+        let body = json!({"model": "omni-moderation-latest", "input": [
+            {"type": "text", "text": "hi there"},
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}}
+        ]});
         assert_eq!(
             input_tokens(ProviderKind::Openai, Endpoint::Moderations, &body),
             o200k("hi there")
