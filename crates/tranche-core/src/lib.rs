@@ -1,13 +1,17 @@
 //! tranche's domain: identities, fingerprints, input parsing, tranche planning, provider line
-//! codecs and the clock the engine reads; does no IO.
+//! codecs, prices and offline token counts for cost estimates, and the clock the engine reads;
+//! does no IO.
 
 pub mod clock;
 pub mod codec;
+pub mod count;
+pub mod estimate;
 pub mod extract;
 pub mod hash;
 pub mod ids;
 pub mod input;
 pub mod plan;
+pub mod price;
 pub mod provider;
 pub mod settings;
 pub mod state;
@@ -16,8 +20,10 @@ pub mod usage;
 pub mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use estimate::Estimate;
 pub use hash::InputHash;
 pub use ids::{AccountId, CustomId, CustomIdError, EngineId, JobId, LeaseToken, TrancheId};
+pub use price::{Costs, ModelPrice, PriceError, PriceRules, PriceTable};
 pub use provider::{Endpoint, ProviderKind};
 pub use settings::{JobSettings, OnInvalid};
 pub use state::{AttemptOutcome, JobState, RequestState, TrancheState};
