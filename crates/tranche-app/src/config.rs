@@ -15,6 +15,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use tranche_blob::BlobStore;
 use tranche_core::ProviderKind;
+use tranche_core::price::PriceTable;
 use tranche_engine::{EngineConfig, FileLimits};
 
 use crate::error::AppError;
@@ -81,13 +82,17 @@ pub struct EngineSettings {
     /// `with_expiry`, `without_expiry`) [default: Azure 10,000 and 500].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub file_limits: BTreeMap<ProviderKind, FileLimits>,
+    /// A price file of the bundled table's shape whose entries override or add to it (a
+    /// relative path is read from the data folder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prices: Option<PathBuf>,
 }
 
 /// The periodic cleanup's interval when the configuration names none.
 const JANITOR_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// The keys the environment may set, each as `TRANCHE_<KEY>`.
-const ENV_KEYS: [&str; 13] = [
+const ENV_KEYS: [&str; 14] = [
     "poll_interval",
     "min_batch_size",
     "max_wait",
@@ -101,6 +106,7 @@ const ENV_KEYS: [&str; 13] = [
     "parallel_steps",
     "janitor_interval",
     "orphan_grace",
+    "prices",
 ];
 
 /// Where the configuration file is: the one `TRANCHE_CONFIG` names, else `tranche.toml` in the
@@ -181,6 +187,20 @@ impl EngineSettings {
             entry.without_expiry = limits.without_expiry.or(entry.without_expiry);
         }
         Ok(config)
+    }
+
+    /// The price table in force: the bundled one, under the file `prices` names.
+    pub fn price_table(&self, data_dir: &Path) -> Result<PriceTable, AppError> {
+        let mut table = PriceTable::bundled();
+        if let Some(path) = &self.prices {
+            let path = data_dir.join(path);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|source| AppError::Read { path: path.clone(), source })?;
+            let user = PriceTable::from_toml(&text)
+                .map_err(|e| AppError::Config(format!("prices (`{}`): {e}", path.display())))?;
+            table.overlay(user);
+        }
+        Ok(table)
     }
 
     /// How often a worker cleans up provider files; `None`: never.

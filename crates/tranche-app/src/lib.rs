@@ -1,8 +1,9 @@
 //! tranche's application layer: the use cases the CLI and the HTTP server share (submit, views,
-//! export, cancel) and the deployment's layered configuration. Callers go through [`App`];
+//! export, cancel, cost) and the deployment's layered configuration. Callers go through [`App`];
 //! only this crate and the engine touch the store, and only through its traits.
 
 mod config;
+mod cost;
 mod database;
 mod error;
 mod export;
@@ -26,6 +27,10 @@ use tranche_store_sqlite::SqliteStore;
 use crate::database::Database;
 
 pub use config::{CONFIG_ENV, CONFIG_FILE, EngineSettings, config_file};
+pub use cost::{
+    CostTotals, FileEstimate, JobCost, ModelCost, Monthly, PeriodCost, Savings, TokenCounts,
+    estimate_file, parse_day,
+};
 pub use error::AppError;
 pub use export::{ExportFormat, ExportOptions};
 pub use migrate::{MigrationReport, migrate_sqlite_to_postgres};

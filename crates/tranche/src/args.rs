@@ -66,6 +66,9 @@ pub enum Command {
     /// Provider files: what each account holds and whose (audit), and deleting what no batch
     /// needs (cleanup).
     Files(FilesArgs),
+    /// What a job cost (or everything since a day), against what it would have cost
+    /// synchronously; or, with `estimate FILE`, the most a file may cost before it runs.
+    Cost(CostArgs),
     /// Serve the provider simulator on localhost.
     Sim(SimArgs),
     /// Move this SQLite store (--db, or <data-dir>/tranche.db) into an empty PostgreSQL
@@ -222,6 +225,59 @@ pub struct EngineArgs {
     /// batch is created and a third's results are read [default: 4].
     #[arg(long)]
     pub parallel_steps: Option<usize>,
+    /// A price file (the bundled table's shape) whose entries override or add to the bundled
+    /// prices [env: TRANCHE_PRICES; tranche.toml: prices].
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct CostArgs {
+    #[command(subcommand)]
+    pub command: Option<CostCommand>,
+    /// The job.
+    #[arg(required_unless_present = "since")]
+    pub job: Option<String>,
+    /// Instead of one job: everything recorded from this day (YYYY-MM-DD, UTC) on.
+    #[arg(long, value_name = "DATE", conflicts_with = "job")]
+    pub since: Option<String>,
+    /// With --since: only this tenant's jobs.
+    #[arg(long, requires = "since")]
+    pub tenant: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// A price file whose entries override or add to the bundled prices.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CostCommand {
+    /// The most an input file may cost: input tokens counted offline, output bounded by each
+    /// request's max_tokens (or the model's maximum), at batch and at synchronous prices.
+    Estimate(EstimateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EstimateArgs {
+    /// The input file (JSONL), read as `submit` would read it.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Also project a month of this many runs of the file.
+    #[arg(long, value_name = "N")]
+    pub per_month: Option<f64>,
+    /// With --per-month: the share of input served from the prompt cache (0 to 1).
+    #[arg(long, value_name = "R", default_value_t = 0.0, requires = "per_month")]
+    pub cache_hit_rate: f64,
+    /// Print the estimate as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// A price file whose entries override or add to the bundled prices.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -477,6 +533,7 @@ impl EngineArgs {
             janitor_interval: None,
             orphan_grace: None,
             file_limits: std::collections::BTreeMap::new(),
+            prices: self.prices.clone(),
         })
     }
 }

@@ -59,6 +59,7 @@ fn main() -> ExitCode {
             Command::Files(args) => {
                 with_app(global, |app| commands::files::run(app, global, args)).await
             }
+            Command::Cost(args) => commands::cost::run(global, args).await,
             Command::Sim(args) => commands::sim::run(args).await,
             Command::Migrate(args) => commands::migrate::run(global, args).await,
         }

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use indicatif::{ProgressBar, ProgressStyle};
-use tranche_app::{App, AppError, Job, Summary};
+use tranche_app::{App, AppError, CostTotals, Job, Summary};
 use tranche_core::JobId;
+use tranche_core::price::PriceTable;
 
 /// Writes `text` and a newline to stdout.
 pub fn println(text: &str) {
@@ -46,9 +47,15 @@ impl JobProgress {
     }
 }
 
-/// The summary table printed when a job ends.
-pub async fn summary_table(app: &App, job: &Job, elapsed: Duration) -> Result<Table, AppError> {
+/// The summary table printed when a job ends, with what it cost.
+pub async fn summary_table(
+    app: &App,
+    job: &Job,
+    elapsed: Duration,
+    prices: &PriceTable,
+) -> Result<Table, AppError> {
     let Summary { counts, tranches, files, tokens } = app.summary(job.id).await?;
+    let cost = app.job_cost(job, prices).await?;
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header(vec!["job", &job.id.to_string()]);
@@ -70,10 +77,30 @@ pub async fn summary_table(app: &App, job: &Job, elapsed: Duration) -> Result<Ta
             "provider files deleted",
             format!("{} of {}", files.deleted, files.uploaded + files.created_by_provider),
         ),
-        ("elapsed", format!("{:.1} s", elapsed.as_secs_f64())),
     ];
-    for (name, value) in rows {
+    let elapsed = ("elapsed", format!("{:.1} s", elapsed.as_secs_f64()));
+    for (name, value) in rows.into_iter().chain(cost_rows(&cost.totals)).chain([elapsed]) {
         table.add_row(vec![name.to_owned(), value]);
     }
     Ok(table)
+}
+
+/// Dollars to the hundredth of a cent, or why there is no figure.
+pub fn usd(amount: Option<f64>) -> String {
+    amount.map_or_else(|| "unknown (unpriced model)".to_owned(), |v| format!("${v:.4}"))
+}
+
+/// The totals a person reads; also the cost rows of the demo's table.
+pub fn cost_rows(totals: &CostTotals) -> Vec<(&'static str, String)> {
+    let mut rows = vec![
+        ("cost (batch, as billed)", usd(totals.cost)),
+        ("synchronous cost, no cache", usd(totals.sync_cost)),
+        ("saved by batching", usd(totals.savings.batch)),
+        ("saved by the prompt cache", usd(totals.savings.cache)),
+        ("saved by earlier results", usd(totals.savings.dedup)),
+    ];
+    if !totals.unpriced_models.is_empty() {
+        rows.push(("unpriced models", totals.unpriced_models.join(", ")));
+    }
+    rows
 }

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use secrecy::SecretString;
 use tranche_app::{App, EngineConfig, ExportOptions, Providers};
 use tranche_core::JobSettings;
+use tranche_core::price::PriceTable;
 use tranche_providers::{OpenAiConfig, OpenAiProvider, http_client};
 use tranche_sim::{LineFault, LineFaultKind, ProcessingConfig, SimConfig, Simulator};
 
@@ -62,6 +63,15 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
         ..JobSettings::default()
     };
     let provider = tranche_core::ProviderKind::Openai;
+    let prices = PriceTable::bundled();
+    let estimate = tranche_app::estimate_file(&input, provider, &settings, &prices, None)?;
+    render::println(&format!(
+        "estimate: {} input tokens, at most {} output tokens: at most {} in a batch, {} synchronously",
+        estimate.input_tokens,
+        estimate.max_output_tokens,
+        render::usd(estimate.cost_max),
+        render::usd(estimate.sync_cost_max),
+    ));
     let submitted = app.submit_file(&engine, &input, provider, settings).await?;
     render::println(&format!(
         "job {} accepted: {} requests from {}",
@@ -73,7 +83,7 @@ pub async fn run(global: &Global, args: DemoArgs) -> CmdResult {
     let job = drive_job(&app, &engine, submitted).await?;
     let results = dir.join("results.jsonl");
     app.export_to(&job, ExportOptions::default(), &results).await?;
-    let table = render::summary_table(&app, &job, started.elapsed()).await?;
+    let table = render::summary_table(&app, &job, started.elapsed(), &prices).await?;
     render::println(&table.to_string());
     let stats = sim.stats();
     render::println(&format!(

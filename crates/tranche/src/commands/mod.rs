@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod cancel;
+pub mod cost;
 pub mod demo;
 pub mod files;
 pub mod migrate;

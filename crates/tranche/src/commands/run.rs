@@ -43,7 +43,9 @@ pub async fn run(app: App, global: &Global, args: RunArgs) -> CmdResult {
             serde_json::to_string(&status).map_err(|e| Exit::from(anyhow::Error::from(e)))?;
         render::println(&text);
     } else {
-        let table = render::summary_table(&app, &job, started.elapsed()).await?;
+        let prices = context::engine_settings(global, &args.engine, &args.provider)?
+            .price_table(&global.data_dir)?;
+        let table = render::summary_table(&app, &job, started.elapsed(), &prices).await?;
         render::println(&table.to_string());
         if let Some(out) = &args.out {
             render::println(&format!("results: {}", out.display()));
