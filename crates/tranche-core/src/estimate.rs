@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::count;
-use crate::price::{ModelPrice, PriceRules, PriceTable, costs};
+use crate::price::{Costs, ModelPrice, PriceRules, PriceTable, costs};
 use crate::usage::TokenUsage;
 use crate::{Endpoint, ProviderKind};
 
@@ -62,24 +62,16 @@ impl Estimate {
         body: &Value,
         prices: &PriceTable,
     ) {
-        let input = count::input_tokens(provider, endpoint, body);
-        let price = prices.lookup(provider, model);
-        let output = match endpoint {
-            Endpoint::Embeddings | Endpoint::Moderations => Some(0),
-            _ => count::output_limit(body)
-                .or_else(|| price.as_ref().and_then(|p| p.max_output_tokens)),
-        };
+        let worst = worst_case(provider, endpoint, model, body, prices);
         self.requests += 1;
-        self.input_tokens += input;
-        self.max_output_tokens += output.unwrap_or(0);
-        match (price, output) {
-            (Some(price), Some(output)) => {
-                let usage = TokenUsage { input, output, ..TokenUsage::default() };
-                let worst = costs(&usage, &price, &prices.rules(provider));
+        self.input_tokens += worst.input_tokens;
+        self.max_output_tokens += worst.output_tokens.unwrap_or(0);
+        match worst.costs {
+            Some(worst) => {
                 self.cost_max = self.cost_max.map(|c| c + worst.cost);
                 self.sync_cost_max = self.sync_cost_max.map(|c| c + worst.sync_cost);
             }
-            _ => {
+            None => {
                 self.cost_max = None;
                 self.sync_cost_max = None;
                 if !self.unpriced_models.iter().any(|m| m == model) {
@@ -88,6 +80,62 @@ impl Estimate {
             }
         }
     }
+}
+
+/// Claude's tokenizer is not published: input counted with the stand-in encoding is taken
+/// this much larger in a worst case, so that a budget holds even where Claude's count is the
+/// larger (the stand-in's counts of English prose run lower than Claude's by up to about a
+/// fifth in public comparisons).
+pub const ANTHROPIC_TOKENIZER_MARGIN: f64 = 1.3;
+
+/// The most one request may cost, and the tokens it was counted at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorstCase {
+    /// Its input tokens as counted ([`count::input_tokens`]), without margin.
+    pub input_tokens: u64,
+    /// The most output it may produce; `None` when neither the body nor the table bounds it.
+    pub output_tokens: Option<u64>,
+    /// `None` when the model is unpriced or the output unbounded.
+    pub costs: Option<Costs>,
+}
+
+/// The most one request for `model` at `provider`'s `endpoint` may cost. Input is priced as if
+/// all of it were written to the prompt cache where the provider charges more for that
+/// (Anthropic: 1.25 times, twice where the body asks for one-hour entries), and, for Anthropic,
+/// with [`ANTHROPIC_TOKENIZER_MARGIN`]; output at the body's own limit, else the model's
+/// maximum; embeddings and moderations have none.
+pub fn worst_case(
+    provider: ProviderKind,
+    endpoint: Endpoint,
+    model: &str,
+    body: &Value,
+    prices: &PriceTable,
+) -> WorstCase {
+    let input_tokens = count::input_tokens(provider, endpoint, body);
+    let price = prices.lookup(provider, model);
+    let output_tokens = match endpoint {
+        Endpoint::Embeddings | Endpoint::Moderations => Some(0),
+        _ => count::output_limit(body).or_else(|| price.as_ref().and_then(|p| p.max_output_tokens)),
+    };
+    let costs = price.zip(output_tokens).map(|(price, output)| {
+        let rules = prices.rules(provider);
+        let usage = if provider == ProviderKind::Anthropic {
+            let input = (input_tokens as f64 * ANTHROPIC_TOKENIZER_MARGIN).ceil() as u64;
+            let one_hour = body.to_string().contains(r#""ttl":"1h""#);
+            let (cache_write_5m, cache_write_1h) = if one_hour { (0, input) } else { (input, 0) };
+            TokenUsage { input, cache_write_5m, cache_write_1h, output, ..TokenUsage::default() }
+        } else {
+            TokenUsage { input: input_tokens, output, ..TokenUsage::default() }
+        };
+        let mut worst = costs(&usage, &price, &rules);
+        // The synchronous figure is the same tokens without caching, whatever the batch paid.
+        worst.cost = worst.cost.max(
+            costs(&TokenUsage { cache_write_5m: 0, cache_write_1h: 0, ..usage }, &price, &rules)
+                .cost,
+        );
+        worst
+    });
+    WorstCase { input_tokens, output_tokens, costs }
 }
 
 /// What a job run `runs_per_month` times costs a month in batches, in USD:
