@@ -69,14 +69,19 @@ def expect_error(exc_type, fn, *args, **kwargs):
     check(False, f"expected {exc_type.__name__}, but the call succeeded")
 
 
+# A system prompt long enough to be cached (well over 1,024 tokens).
+POLICY = "You label support tickets. " + "Parcels ship within two days; refunds take a week. " * 120
+
+
 def chat_lines(n, model, prefix, url="/v1/chat/completions"):
-    """A JSONL batch input of n chat requests (one asks for a JSON schema answer)."""
+    """A JSONL batch input of n chat requests sharing a long system prompt (one asks for a JSON
+    schema answer)."""
     out = []
     for i in range(n):
         body = {
             "model": model,
             "messages": [
-                {"role": "system", "content": "You label support tickets."},
+                {"role": "system", "content": POLICY},
                 {"role": "user", "content": f"Ticket {i}: my order never arrived"},
             ],
         }

@@ -11,7 +11,14 @@ from simctl import BASE, KEY, advance, check, expect_error, ledger, update_confi
 
 client = anthropic.Anthropic(base_url=BASE, api_key=KEY, max_retries=0, _strict_response_validation=True)
 MODEL = "claude-sonnet-4-5"
-SYSTEM = "You label support tickets into shipping, billing or other. " * 4
+# A system prompt over Sonnet's 1,024-token minimum, marked as a cache breakpoint.
+SYSTEM = [
+    {
+        "type": "text",
+        "text": "You label support tickets into shipping, billing or other. " * 120,
+        "cache_control": {"type": "ephemeral"},
+    }
+]
 
 
 def request(custom_id, text, **extra):
@@ -55,8 +62,27 @@ for r in results:
 for i in range(4):
     result = by_id[f"ticket-{i}"]
     check(result.type == "succeeded" and result.message.content[0].type == "text", f"succeeded: {result}")
-cached = sum(by_id[f"ticket-{i}"].message.usage.cache_read_input_tokens or 0 for i in range(4))
-check(cached > 0, "the shared system prompt is read from the cache")
+usages = [by_id[f"ticket-{i}"].message.usage for i in range(4)]
+writes = [u for u in usages if u.cache_creation_input_tokens]
+reads = [u for u in usages if u.cache_read_input_tokens]
+check(len(writes) == 1 and len(reads) == 3, f"one write, then reads: {usages}")
+for u in writes:
+    check(u.cache_creation.ephemeral_5m_input_tokens == u.cache_creation_input_tokens > 1024, f"write: {u}")
+    check(u.cache_creation.ephemeral_1h_input_tokens == 0 and not u.cache_read_input_tokens, f"write: {u}")
+entries = {x["custom_id"]: x for x in ledger() if x["batch_id"] == batch.id}
+for i, u in enumerate(usages):
+    entry = entries[f"ticket-{i}"]
+    total = u.input_tokens + (u.cache_creation_input_tokens or 0) + (u.cache_read_input_tokens or 0)
+    expected = {
+        "model": MODEL,
+        "input_tokens": total,
+        "cached_tokens": u.cache_read_input_tokens or 0,
+        "cache_write_5m_tokens": u.cache_creation.ephemeral_5m_input_tokens,
+        "cache_write_1h_tokens": u.cache_creation.ephemeral_1h_input_tokens,
+        "output_tokens": u.output_tokens,
+        "reasoning_tokens": 0,
+    }
+    check({k: entry[k] for k in expected} == expected, f"ledger entry {entry} for {u}")
 errored = by_id["bad-params"]
 check(errored.type == "errored" and errored.error.error.type == "invalid_request_error", f"errored: {errored}")
 check("max_tokens" in errored.error.error.message, f"errored message: {errored}")

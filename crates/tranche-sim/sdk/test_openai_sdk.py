@@ -56,16 +56,31 @@ b = client.batches.retrieve(b.id)
 check(b.status == "completed", f"completed: {b}")
 check(b.request_counts.total == 4 and b.request_counts.completed == 4, f"counts: {b.request_counts}")
 check(b.usage is not None and b.usage.input_tokens > 0, f"usage: {b.usage}")
-check(b.usage.input_tokens_details.cached_tokens > 0, f"a repeated system prompt is cached: {b.usage}")
+cached = b.usage.input_tokens_details.cached_tokens
+check(cached >= 3 * 1024 and cached % 128 == 0, f"a repeated system prompt is cached: {b.usage}")
 out = client.files.retrieve(b.output_file_id)
 check(out.purpose == "batch_output" and out.expires_at == out.created_at + 7200, f"output file: {out}")
 lines = [json.loads(x) for x in client.files.content(b.output_file_id).text.splitlines()]
 ids = [x["custom_id"] for x in lines]
 check(sorted(ids) == [f"req-{i}" for i in range(4)] and ids != [f"req-{i}" for i in range(4)], f"order: {ids}")
+entries = {x["custom_id"]: x for x in ledger() if x["batch_id"] == b.id}
 for line in lines:
     check(line["id"].startswith("batch_req_") and line["error"] is None, f"line: {line}")
     completion = ChatCompletion.model_validate(line["response"]["body"], strict=False)
     check(completion.choices[0].message.content, "answer text")
+    usage, entry = completion.usage, entries[line["custom_id"]]
+    check(usage.prompt_tokens_details.cached_tokens < usage.prompt_tokens, f"never all cached: {usage}")
+    check(usage.completion_tokens_details.reasoning_tokens == 0, f"reasoning: {usage}")
+    expected = {
+        "model": completion.model,
+        "input_tokens": usage.prompt_tokens,
+        "cached_tokens": usage.prompt_tokens_details.cached_tokens,
+        "cache_write_5m_tokens": 0,
+        "cache_write_1h_tokens": 0,
+        "output_tokens": usage.completion_tokens,
+        "reasoning_tokens": 0,
+    }
+    check({k: entry[k] for k in expected} == expected, f"ledger entry {entry} for {usage}")
 schema_line = next(x for x in lines if x["custom_id"] == "req-0")
 label = json.loads(schema_line["response"]["body"]["choices"][0]["message"]["content"])["label"]
 check(label in ("shipping", "billing"), f"schema answer: {label}")

@@ -31,11 +31,13 @@
 //!
 //! Modules: `clock` (virtual time), `config` (run-time settings), `state` (provider-neutral store
 //! and batch life cycle), `spool` (the on-disk storage), `shuffle` (the order lines run in),
-//! `validate` (JSONL input checks), `model` and `schema` (the deterministic fake model), `openai`
-//! (OpenAI and Azure routes and wire shapes), `anthropic` (Message Batches), `faults` (HTTP fault
-//! injection), `time` (wire timestamps), `control` (`/sim`), `stats` (counters, ledger).
+//! `validate` (JSONL input checks), `model` and `schema` (the deterministic fake model), `tokens`
+//! (token counts), `cache` (prompt caching), `openai` (OpenAI and Azure routes and wire shapes),
+//! `anthropic` (Message Batches), `faults` (HTTP fault injection), `time` (wire timestamps),
+//! `control` (`/sim`), `stats` (counters, ledger).
 
 mod anthropic;
+mod cache;
 mod clock;
 mod config;
 mod control;
@@ -49,6 +51,7 @@ mod spool;
 mod state;
 mod stats;
 mod time;
+mod tokens;
 mod validate;
 
 use std::net::{Ipv4Addr, SocketAddr};

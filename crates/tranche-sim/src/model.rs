@@ -3,28 +3,54 @@
 //!
 //! Content is a short sentence carrying a hash of the request; under structured output
 //! (`response_format` / `text.format` / Anthropic `output_format` of type `json_schema`) it is a
-//! JSON instance of the schema. Token counts are estimated as characters / 4 (at least 1). When a
-//! request repeats a prompt prefix (every message but the last, plus any system prompt or
-//! instructions) already seen by this simulator for the same provider and model, the prefix's
-//! tokens are reported as cached. A line fault can corrupt the answer (invalid JSON, or JSON that
-//! violates the schema) while the request still succeeds and is billed.
-
-use std::collections::HashSet;
+//! JSON instance of the schema. Input and output tokens are counted with the provider's kind of
+//! tokenizer by the convention of `tokens`; cached tokens follow the provider's caching rules
+//! (`cache`): automatic for OpenAI and Azure chat and Responses prompts of 1,024 tokens or more,
+//! only at `cache_control` breakpoints for Anthropic. Reasoning tokens are always 0 (the model
+//! does not reason). A line fault can corrupt the answer (invalid JSON, or JSON that violates the
+//! schema) while the request still succeeds and is billed.
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::cache::{self, PrefixSink, PromptCache};
 use crate::schema;
+use crate::tokens::{self, Counter, Encoding};
+
+/// The tokens one request was billed for, by kind (or their sum over a batch).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TokenUsage {
+    /// Every billed input token: uncached, read from the cache, and written to it.
+    pub input_tokens: u64,
+    /// The part of `input_tokens` read from the prompt cache.
+    pub cached_tokens: u64,
+    /// The part of `input_tokens` written to a 5-minute cache entry (Anthropic).
+    pub cache_write_5m_tokens: u64,
+    /// The part of `input_tokens` written to a 1-hour cache entry (Anthropic).
+    pub cache_write_1h_tokens: u64,
+    pub output_tokens: u64,
+    /// The part of `output_tokens` spent reasoning.
+    pub reasoning_tokens: u64,
+}
+
+impl TokenUsage {
+    pub(crate) fn add(&mut self, other: &Self) {
+        self.input_tokens += other.input_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.cache_write_5m_tokens += other.cache_write_5m_tokens;
+        self.cache_write_1h_tokens += other.cache_write_1h_tokens;
+        self.output_tokens += other.output_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+    }
+}
 
 /// A successful answer.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ModelOutput {
     pub body: Value,
-    /// All input tokens, cached ones included.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// The part of `input_tokens` read from the prompt cache.
-    pub cached_tokens: u64,
+    /// The model the response names.
+    pub model: String,
+    pub usage: TokenUsage,
 }
 
 /// How a line fault spoils an otherwise successful answer.
@@ -36,49 +62,19 @@ pub(crate) enum Corruption {
     SchemaViolation,
 }
 
-/// Prompt prefixes seen so far (hashes of provider, model and prefix).
-#[derive(Debug, Default)]
-pub(crate) struct PromptCache(HashSet<[u8; 32]>);
-
-impl PromptCache {
-    /// Whether the prefix was seen before; remembers it either way.
-    fn hit(&mut self, scope: &str, model: &str, prefix: &str) -> bool {
-        let mut key = [0u8; 32];
-        let digest = Sha256::new()
-            .chain_update(scope.as_bytes())
-            .chain_update([0])
-            .chain_update(model.as_bytes())
-            .chain_update([0])
-            .chain_update(prefix.as_bytes())
-            .finalize();
-        key.copy_from_slice(&digest);
-        !self.0.insert(key)
-    }
-}
-
 /// What one run may use besides the request: the virtual time, a nonce for ids, the answer
 /// corruption to apply, and the prompt cache of the simulator.
 #[derive(Debug)]
 pub(crate) struct RunContext<'a> {
+    /// Virtual unix seconds the request runs at (what the wire shows).
     pub created: i64,
+    /// The same instant, fractional (the cache's clock).
+    pub now: f64,
     pub nonce: &'a str,
     pub corruption: Option<Corruption>,
     /// Provider name: caches are per provider.
     pub scope: &'a str,
     pub cache: &'a mut PromptCache,
-}
-
-impl RunContext<'_> {
-    /// Tokens of `prefix` if it was seen before (then they are cached), else 0.
-    fn cached(&mut self, model: &str, prefix: Option<(&str, u64)>, input_tokens: u64) -> u64 {
-        match prefix {
-            Some((text, tokens)) if !text.is_empty() && self.cache.hit(self.scope, model, text) => {
-                // The last message is never cached, so at least one input token is not.
-                tokens.min(input_tokens.saturating_sub(1))
-            }
-            _ => 0,
-        }
-    }
 }
 
 /// The request cannot be served as sent (the real API would answer HTTP 400).
@@ -113,28 +109,6 @@ pub(crate) fn run(
             Err(ModelRejection::new(format!("The simulator does not implement {other}."), None))
         }
     }
-}
-
-/// Estimated prompt tokens of an OpenAI-shaped request body (what counts against an enqueued-token
-/// limit).
-pub(crate) fn request_tokens(endpoint: &str, body: &Value) -> u64 {
-    let text = match endpoint.trim_start_matches("/v1") {
-        "/chat/completions" => body.get("messages").map(text_of),
-        "/responses" => {
-            let mut t = body.get("instructions").map(text_of).unwrap_or_default();
-            t.push_str(&body.get("input").map(text_of).unwrap_or_default());
-            Some(t)
-        }
-        "/embeddings" | "/moderations" => body.get("input").map(text_of),
-        "/completions" => body.get("prompt").map(text_of),
-        _ => None,
-    };
-    tokens_for_chars(text.unwrap_or_else(|| text_of(body)).chars().count())
-}
-
-/// Rough token estimate of a text length: chars / 4, at least 1.
-pub(crate) fn tokens_for_chars(chars: usize) -> u64 {
-    u64::try_from(chars / 4).unwrap_or(u64::MAX).max(1)
 }
 
 fn digest_hex(parts: &[&[u8]], len: usize) -> String {
@@ -227,17 +201,34 @@ fn answer(
     }
 }
 
-/// Cuts `text` to a token budget; returns whether it was cut.
-fn truncate_to(text: &mut String, max_tokens: Option<u64>) -> bool {
-    let Some(max) = max_tokens else {
-        return false;
-    };
-    if tokens_for_chars(text.chars().count()) <= max {
-        return false;
+/// Cuts `text` to a token budget; returns its output tokens and whether it was cut.
+fn limit_output(encoding: Encoding, text: &mut String, max_tokens: Option<u64>) -> (u64, bool) {
+    let tokens = encoding.encode(text);
+    let n = u64::try_from(tokens.len()).unwrap_or(u64::MAX);
+    match max_tokens.and_then(|max| usize::try_from(max).ok()) {
+        Some(max) if tokens.len() > max => {
+            *text = encoding.decode_prefix(&tokens, max);
+            (n.min(u64::try_from(max).unwrap_or(u64::MAX)), true)
+        }
+        _ => (n, false),
     }
-    let keep = usize::try_from(max.saturating_mul(4)).unwrap_or(usize::MAX);
-    *text = text.chars().take(keep).collect();
-    true
+}
+
+/// The usage of an OpenAI-shaped answer: all input (cached included), the cached part, output.
+fn openai_usage(input_tokens: u64, cached_tokens: u64, output_tokens: u64) -> TokenUsage {
+    TokenUsage { input_tokens, cached_tokens, output_tokens, ..TokenUsage::default() }
+}
+
+/// Counts a chat or Responses prompt and looks its prefixes up in the cache: (input, cached).
+fn cached_prompt(
+    ctx: &mut RunContext<'_>,
+    model: &str,
+    fill: impl FnOnce(&mut PrefixSink),
+) -> (u64, u64) {
+    let mut sink = PrefixSink::new(Encoding::for_openai_model(model), ctx.scope, model);
+    fill(&mut sink);
+    let cached = ctx.cache.openai(&sink, ctx.now);
+    (sink.total, cached)
 }
 
 fn chat(obj: &Map<String, Value>, ctx: &mut RunContext<'_>) -> Result<ModelOutput, ModelRejection> {
@@ -267,20 +258,9 @@ fn chat(obj: &Map<String, Value>, ctx: &mut RunContext<'_>) -> Result<ModelOutpu
     let mut content = answer(obj.get("response_format"), &request_hash, &last_user, ctx.corruption);
     let max =
         obj.get("max_completion_tokens").or_else(|| obj.get("max_tokens")).and_then(Value::as_u64);
-    let cut = truncate_to(&mut content, max);
-    let mut request_text = String::new();
-    messages.iter().for_each(|m| collect_text(m, &mut request_text));
-    let input_tokens = tokens_for_chars(request_text.chars().count());
-    let output_tokens = tokens_for_chars(content.chars().count());
-    let prefix = messages.split_last().map(|(_, rest)| rest).filter(|rest| !rest.is_empty());
-    let prefix = prefix.map(|rest| {
-        let canonical = canonical.get(..rest.len()).unwrap_or_default().join("\n");
-        let mut text = String::new();
-        rest.iter().for_each(|m| collect_text(m, &mut text));
-        (canonical, tokens_for_chars(text.chars().count()))
-    });
-    let cached_tokens =
-        ctx.cached(model, prefix.as_ref().map(|(c, t)| (c.as_str(), *t)), input_tokens);
+    let encoding = Encoding::for_openai_model(model);
+    let (output_tokens, cut) = limit_output(encoding, &mut content, max);
+    let (input_tokens, cached_tokens) = cached_prompt(ctx, model, |sink| tokens::chat(sink, obj));
     let body = json!({
         "id": format!("chatcmpl-{}", digest_hex(&[ctx.nonce.as_bytes()], 12)),
         "object": "chat.completion",
@@ -307,7 +287,8 @@ fn chat(obj: &Map<String, Value>, ctx: &mut RunContext<'_>) -> Result<ModelOutpu
         "service_tier": "default",
         "system_fingerprint": "fp_tranche_sim",
     });
-    Ok(ModelOutput { body, input_tokens, output_tokens, cached_tokens })
+    let usage = openai_usage(input_tokens, cached_tokens, output_tokens);
+    Ok(ModelOutput { body, model: model.to_owned(), usage })
 }
 
 /// One embedding input: text, or token ids.
@@ -375,16 +356,11 @@ fn embeddings(obj: &Map<String, Value>) -> Result<ModelOutput, ModelRejection> {
         .unwrap_or(16);
     let base64 = obj.get("encoding_format").and_then(Value::as_str) == Some("base64");
     let mut data = Vec::with_capacity(inputs.len());
-    let mut tokens = 0u64;
     for (index, input) in inputs.iter().enumerate() {
-        let (key, n) = match input {
-            EmbeddingInput::Text(s) => ((*s).to_owned(), tokens_for_chars(s.chars().count())),
-            EmbeddingInput::Tokens(t) => (
-                Value::Array(t.to_vec()).to_string(),
-                u64::try_from(t.len()).unwrap_or(u64::MAX).max(1),
-            ),
+        let key = match input {
+            EmbeddingInput::Text(s) => (*s).to_owned(),
+            EmbeddingInput::Tokens(t) => Value::Array(t.to_vec()).to_string(),
         };
-        tokens += n;
         let vector = embedding_vector(&format!("{model}\u{0}{key}"), dims);
         let embedding = if base64 {
             let bytes: Vec<u8> = vector.iter().flat_map(|f| f.to_le_bytes()).collect();
@@ -394,13 +370,16 @@ fn embeddings(obj: &Map<String, Value>) -> Result<ModelOutput, ModelRejection> {
         };
         data.push(json!({"object": "embedding", "index": index, "embedding": embedding}));
     }
+    let mut counter = Counter::new(Encoding::for_openai_model(model));
+    tokens::plain_inputs(&mut counter, obj.get("input"));
+    let tokens = counter.total;
     let body = json!({
         "object": "list",
         "data": data,
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     });
-    Ok(ModelOutput { body, input_tokens: tokens, output_tokens: 0, cached_tokens: 0 })
+    Ok(ModelOutput { body, model: model.to_owned(), usage: openai_usage(tokens, 0, 0) })
 }
 
 fn responses(
@@ -414,8 +393,6 @@ fn responses(
         .ok_or_else(|| {
             ModelRejection::new("Missing required parameter: 'input'.", Some("input"))
         })?;
-    let mut request_text = obj.get("instructions").map(text_of).unwrap_or_default();
-    request_text.push_str(&text_of(input));
     let canonical = json!([obj.get("instructions"), input]).to_string();
     let request_hash = digest_hex(&[model.as_bytes(), canonical.as_bytes()], 4);
     let prompt = match input {
@@ -431,20 +408,10 @@ fn responses(
     };
     let format = obj.get("text").and_then(|t| t.get("format"));
     let mut text = answer(format, &request_hash, &prompt, ctx.corruption);
-    let cut = truncate_to(&mut text, obj.get("max_output_tokens").and_then(Value::as_u64));
-    let input_tokens = tokens_for_chars(request_text.chars().count());
-    let output_tokens = tokens_for_chars(text.chars().count());
-    // The prefix: the instructions plus every input item but the last.
-    let earlier = input.as_array().and_then(|items| items.split_last()).map(|(_, rest)| rest);
-    let prefix_value = json!([obj.get("instructions"), earlier]);
-    let has_prefix = obj.get("instructions").is_some() || earlier.is_some_and(|r| !r.is_empty());
-    let prefix_tokens = tokens_for_chars(text_of(&prefix_value).chars().count());
-    let prefix_text = prefix_value.to_string();
-    let cached_tokens = ctx.cached(
-        model,
-        has_prefix.then_some((prefix_text.as_str(), prefix_tokens)),
-        input_tokens,
-    );
+    let max = obj.get("max_output_tokens").and_then(Value::as_u64);
+    let (output_tokens, cut) = limit_output(Encoding::for_openai_model(model), &mut text, max);
+    let (input_tokens, cached_tokens) =
+        cached_prompt(ctx, model, |sink| tokens::responses(sink, obj));
     let id = digest_hex(&[ctx.nonce.as_bytes()], 16);
     let body = json!({
         "id": format!("resp_{id}"),
@@ -474,7 +441,8 @@ fn responses(
             "total_tokens": input_tokens + output_tokens,
         },
     });
-    Ok(ModelOutput { body, input_tokens, output_tokens, cached_tokens })
+    let usage = openai_usage(input_tokens, cached_tokens, output_tokens);
+    Ok(ModelOutput { body, model: model.to_owned(), usage })
 }
 
 fn completions(
@@ -487,9 +455,12 @@ fn completions(
     })?;
     let request_hash = digest_hex(&[model.as_bytes(), prompt.as_bytes()], 4);
     let mut text = answer(None, &request_hash, &prompt, ctx.corruption);
-    let cut = truncate_to(&mut text, obj.get("max_tokens").and_then(Value::as_u64));
-    let input_tokens = tokens_for_chars(prompt.chars().count());
-    let output_tokens = tokens_for_chars(text.chars().count());
+    let encoding = Encoding::for_openai_model(model);
+    let max = obj.get("max_tokens").and_then(Value::as_u64);
+    let (output_tokens, cut) = limit_output(encoding, &mut text, max);
+    let mut counter = Counter::new(encoding);
+    tokens::plain_inputs(&mut counter, obj.get("prompt"));
+    let input_tokens = counter.total;
     let body = json!({
         "id": format!("cmpl-{}", digest_hex(&[ctx.nonce.as_bytes()], 12)),
         "object": "text_completion",
@@ -502,7 +473,8 @@ fn completions(
             "total_tokens": input_tokens + output_tokens,
         },
     });
-    Ok(ModelOutput { body, input_tokens, output_tokens, cached_tokens: 0 })
+    let usage = openai_usage(input_tokens, 0, output_tokens);
+    Ok(ModelOutput { body, model: model.to_owned(), usage })
 }
 
 fn moderations(obj: &Map<String, Value>, nonce: &str) -> Result<ModelOutput, ModelRejection> {
@@ -530,13 +502,15 @@ fn moderations(obj: &Map<String, Value>, nonce: &str) -> Result<ModelOutput, Mod
     let scores: Map<String, Value> =
         categories.iter().map(|c| ((*c).to_owned(), json!(0.0001))).collect();
     let result = json!({"flagged": false, "categories": flags, "category_scores": scores});
-    let input_tokens = tokens_for_chars(text_of(input).chars().count());
+    let model = obj.get("model").and_then(Value::as_str).unwrap_or("omni-moderation-latest");
+    let mut counter = Counter::new(Encoding::for_openai_model(model));
+    tokens::plain_inputs(&mut counter, Some(input));
     let body = json!({
         "id": format!("modr-{}", digest_hex(&[nonce.as_bytes()], 12)),
-        "model": obj.get("model").and_then(Value::as_str).unwrap_or("omni-moderation-latest"),
+        "model": model,
         "results": vec![result; count],
     });
-    Ok(ModelOutput { body, input_tokens, output_tokens: 0, cached_tokens: 0 })
+    Ok(ModelOutput { body, model: model.to_owned(), usage: openai_usage(counter.total, 0, 0) })
 }
 
 /// Base62 text of a hash, `len` characters (Anthropic-style ids).
@@ -627,6 +601,8 @@ pub(crate) fn anthropic_message(
     };
     check_anthropic_params(obj)?;
     let model = obj.get("model").and_then(Value::as_str).unwrap_or_default();
+    let marks = cache::anthropic_marks(obj, ctx.scope, model)
+        .map_err(|message| ModelRejection::new(message, None))?;
     let messages =
         obj.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let system = obj.get("system");
@@ -646,23 +622,13 @@ pub(crate) fn anthropic_message(
     let format =
         obj.get("output_config").and_then(|c| c.get("format")).or_else(|| obj.get("output_format"));
     let mut text = answer(format, &request_hash, &last_user, ctx.corruption);
-    let cut = truncate_to(&mut text, obj.get("max_tokens").and_then(Value::as_u64));
-    let mut request_text = system.map(text_of).unwrap_or_default();
-    messages.iter().for_each(|m| collect_text(m, &mut request_text));
-    let total_input = tokens_for_chars(request_text.chars().count());
-    let output_tokens = tokens_for_chars(text.chars().count());
-    let earlier = messages.split_last().map(|(_, rest)| rest).unwrap_or_default();
-    let prefix = (system.is_some() || !earlier.is_empty()).then(|| {
-        let mut prefix_text = system.map(text_of).unwrap_or_default();
-        earlier.iter().for_each(|m| collect_text(m, &mut prefix_text));
-        let canonical = format!(
-            "{system_text}\n{}",
-            canonical.get(..earlier.len()).unwrap_or_default().join("\n")
-        );
-        (canonical, tokens_for_chars(prefix_text.chars().count()))
-    });
-    let cached_tokens =
-        ctx.cached(model, prefix.as_ref().map(|(c, t)| (c.as_str(), *t)), total_input);
+    let max = obj.get("max_tokens").and_then(Value::as_u64);
+    let (output_tokens, cut) = limit_output(Encoding::anthropic(), &mut text, max);
+    let count = tokens::anthropic(obj);
+    let breakpoints = cache::breakpoints(&marks, &count.marks);
+    let cached = ctx.cache.anthropic(model, &breakpoints, ctx.now);
+    let written = cached.write_5m + cached.write_1h;
+    let uncached = count.total.saturating_sub(cached.read + written);
     let body = json!({
         "id": format!("msg_01{}", base62(&[ctx.nonce.as_bytes()], 22)),
         "type": "message",
@@ -672,15 +638,27 @@ pub(crate) fn anthropic_message(
         "stop_reason": if cut { "max_tokens" } else { "end_turn" },
         "stop_sequence": null,
         "usage": {
-            // Anthropic counts cache reads apart from `input_tokens`.
-            "input_tokens": total_input - cached_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached_tokens,
+            // Anthropic counts cache reads and writes apart from `input_tokens`.
+            "input_tokens": uncached,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": cached.read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": cached.write_5m,
+                "ephemeral_1h_input_tokens": cached.write_1h,
+            },
             "output_tokens": output_tokens,
             "service_tier": "batch",
         },
     });
-    Ok(ModelOutput { body, input_tokens: total_input, output_tokens, cached_tokens })
+    let usage = TokenUsage {
+        input_tokens: uncached + written + cached.read,
+        cached_tokens: cached.read,
+        cache_write_5m_tokens: cached.write_5m,
+        cache_write_1h_tokens: cached.write_1h,
+        output_tokens,
+        reasoning_tokens: 0,
+    };
+    Ok(ModelOutput { body, model: model.to_owned(), usage })
 }
 
 /// Standard base64 with padding (what the embeddings API returns for `encoding_format: base64`).
@@ -706,7 +684,7 @@ mod tests {
     use super::*;
 
     fn ctx<'a>(cache: &'a mut PromptCache, corruption: Option<Corruption>) -> RunContext<'a> {
-        RunContext { created: 100, nonce: "n1", corruption, scope: "openai", cache }
+        RunContext { created: 100, now: 100.0, nonce: "n1", corruption, scope: "openai", cache }
     }
 
     fn go(endpoint: &str, body: &Value) -> Result<ModelOutput, ModelRejection> {
@@ -729,11 +707,18 @@ mod tests {
         assert_eq!(a.body["choices"][0]["finish_reason"], "stop");
         assert_eq!(a.body["choices"][0]["message"]["refusal"], Value::Null);
         assert!(a.body["id"].as_str().unwrap().starts_with("chatcmpl-"));
+        let usage = a.usage;
         assert_eq!(
             a.body["usage"]["total_tokens"].as_u64().unwrap(),
-            a.input_tokens + a.output_tokens
+            usage.input_tokens + usage.output_tokens
         );
-        assert!(a.input_tokens >= 1 && a.output_tokens >= 1);
+        assert_eq!(
+            usage.input_tokens,
+            tokens::request_tokens("/v1/chat/completions", &chat_body("Classify this ticket"))
+        );
+        let text = a.body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(usage.output_tokens, Encoding::O200kBase.count(text));
+        assert_eq!(a.model, "gpt-4o-mini");
     }
 
     #[test]
@@ -754,7 +739,9 @@ mod tests {
         body["max_completion_tokens"] = json!(2);
         let out = go("/v1/chat/completions", &body).unwrap();
         assert_eq!(out.body["choices"][0]["finish_reason"], "length");
-        assert!(out.output_tokens <= 2);
+        assert_eq!(out.usage.output_tokens, 2);
+        let text = out.body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(Encoding::O200kBase.count(text), 2, "{text}");
     }
 
     #[test]
@@ -806,45 +793,48 @@ mod tests {
     }
 
     #[test]
-    fn token_estimate_floor() {
-        assert_eq!(tokens_for_chars(0), 1);
-        assert_eq!(tokens_for_chars(7), 1);
-        assert_eq!(tokens_for_chars(400), 100);
-    }
-
-    #[test]
-    fn repeated_prefixes_are_cached() {
+    fn long_repeated_prompts_are_cached_in_steps() {
         let mut cache = PromptCache::default();
-        let body = |q: &str| {
-            json!({"model": "m", "messages": [
-                {"role": "system", "content": "You label support tickets into categories. ".repeat(8)},
+        let system = "You label support tickets into shipping, billing or other categories. ";
+        let body = |q: &str, repeat: usize| {
+            json!({"model": "gpt-4o-mini", "messages": [
+                {"role": "system", "content": system.repeat(repeat)},
                 {"role": "user", "content": q}]})
         };
-        let first = run("/v1/chat/completions", &body("a"), &mut ctx(&mut cache, None)).unwrap();
-        assert_eq!(first.cached_tokens, 0);
-        let second = run("/v1/chat/completions", &body("b"), &mut ctx(&mut cache, None)).unwrap();
-        assert!(second.cached_tokens > 50, "{second:?}");
-        assert!(second.cached_tokens < second.input_tokens);
-        assert_eq!(
-            second.body["usage"]["prompt_tokens_details"]["cached_tokens"],
-            second.cached_tokens
-        );
-        // Another model has its own cache; a single message has no prefix.
-        let mut other = body("c");
-        other["model"] = json!("m2");
-        assert_eq!(
-            run("/v1/chat/completions", &other, &mut ctx(&mut cache, None)).unwrap().cached_tokens,
-            0
-        );
-        let lone = json!({"model": "m", "messages": [{"role": "user", "content": "x"}]});
-        for _ in 0..2 {
-            assert_eq!(
-                run("/v1/chat/completions", &lone, &mut ctx(&mut cache, None))
-                    .unwrap()
-                    .cached_tokens,
-                0
-            );
+        let run_at = |cache: &mut PromptCache, body: &Value, now: f64| {
+            let mut c = ctx(cache, None);
+            c.now = now;
+            run("/v1/chat/completions", body, &mut c).unwrap().usage
+        };
+        // Under 1,024 tokens: never cached, however often it repeats.
+        assert!(tokens::request_tokens("/v1/chat/completions", &body("a", 60)) < 1_024);
+        for _ in 0..3 {
+            assert_eq!(run_at(&mut cache, &body("a", 60), 1.0).cached_tokens, 0);
         }
+        let first = run_at(&mut cache, &body("a", 120), 2.0);
+        assert!(first.input_tokens > 1_300, "{first:?}");
+        assert_eq!(first.cached_tokens, 0);
+        let second = run_at(&mut cache, &body("b", 120), 3.0);
+        assert!(second.cached_tokens >= 1_024, "{second:?}");
+        assert_eq!(second.cached_tokens % 128, 0);
+        assert!(second.cached_tokens < second.input_tokens);
+        // Another model has its own cache; an hour later the prefix is gone.
+        let mut other = body("c", 120);
+        other["model"] = json!("gpt-4.1");
+        assert_eq!(run_at(&mut cache, &other, 4.0).cached_tokens, 0);
+        assert_eq!(run_at(&mut cache, &body("d", 120), 3.0 + 3_601.0).cached_tokens, 0);
+        // Responses prompts are cached too, reported as `input_tokens_details`.
+        let responses =
+            |q: &str| json!({"model": "gpt-5", "instructions": system.repeat(120), "input": q});
+        let mut c = ctx(&mut cache, None);
+        run("/v1/responses", &responses("x"), &mut c).unwrap();
+        let out = run("/v1/responses", &responses("y"), &mut c).unwrap();
+        assert!(out.usage.cached_tokens >= 1_024);
+        assert_eq!(
+            out.body["usage"]["input_tokens_details"]["cached_tokens"],
+            out.usage.cached_tokens
+        );
+        assert_eq!(out.body["usage"]["output_tokens_details"]["reasoning_tokens"], 0);
     }
 
     #[test]
@@ -880,6 +870,7 @@ mod tests {
         };
         let mut c = RunContext {
             created: 1,
+            now: 1.0,
             nonce: "x",
             corruption: None,
             scope: "anthropic",
@@ -891,11 +882,17 @@ mod tests {
         assert_eq!(a.body["content"][0]["type"], "text");
         assert_eq!(a.body["stop_reason"], "end_turn");
         assert!(a.body["id"].as_str().unwrap().starts_with("msg_01"));
-        assert_eq!(a.body["usage"]["cache_read_input_tokens"], 0);
-        let b = anthropic_message(&params("again"), &mut c).unwrap();
-        let read = b.body["usage"]["cache_read_input_tokens"].as_u64().unwrap();
-        assert!(read > 0);
-        assert_eq!(b.body["usage"]["input_tokens"].as_u64().unwrap() + read, b.input_tokens);
+        // No `cache_control`: never cached, even repeated.
+        let b = anthropic_message(&params("hello"), &mut c).unwrap();
+        for out in [&a, &b] {
+            assert_eq!(out.body["usage"]["cache_read_input_tokens"], 0);
+            assert_eq!(out.body["usage"]["cache_creation_input_tokens"], 0);
+            assert_eq!(out.body["usage"]["input_tokens"].as_u64().unwrap(), out.usage.input_tokens);
+        }
+        assert_eq!(
+            a.usage.input_tokens,
+            tokens::anthropic(params("hello").as_object().unwrap()).total
+        );
 
         let mut schema = params("json please");
         schema["output_format"] = json!({"type": "json_schema", "schema": {"type": "object", "properties": {"k": {"type": "boolean"}}, "required": ["k"]}});
@@ -938,11 +935,59 @@ mod tests {
     }
 
     #[test]
-    fn request_token_estimates() {
-        let body =
-            json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(400)}]});
-        assert_eq!(request_tokens("/v1/chat/completions", &body), 100);
-        assert_eq!(request_tokens("/chat/completions", &body), 100);
-        assert_eq!(request_tokens("/v1/embeddings", &json!({"input": ["abcd", "efgh"]})), 2);
+    fn anthropic_caches_only_at_breakpoints() {
+        let mut cache = PromptCache::default();
+        let doc = "Shipping policy: parcels leave within two days of the order. ".repeat(120);
+        let params = |ttl: Option<&str>, q: &str| {
+            let mut cc = json!({"type": "ephemeral"});
+            if let Some(ttl) = ttl {
+                cc["ttl"] = json!(ttl);
+            }
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+                   "system": [{"type": "text", "text": doc, "cache_control": cc}],
+                   "messages": [{"role": "user", "content": q}]})
+        };
+        let mut c = RunContext {
+            created: 1,
+            now: 1.0,
+            nonce: "x",
+            corruption: None,
+            scope: "anthropic",
+            cache: &mut cache,
+        };
+        let first = anthropic_message(&params(None, "q1"), &mut c).unwrap();
+        let u = &first.body["usage"];
+        let written = u["cache_creation_input_tokens"].as_u64().unwrap();
+        assert!(written > 1_024, "{u}");
+        assert_eq!(u["cache_read_input_tokens"], 0);
+        assert_eq!(u["cache_creation"]["ephemeral_5m_input_tokens"], written);
+        assert_eq!(u["cache_creation"]["ephemeral_1h_input_tokens"], 0);
+        let total = tokens::anthropic(params(None, "q1").as_object().unwrap()).total;
+        assert_eq!(u["input_tokens"].as_u64().unwrap() + written, total);
+        assert_eq!(first.usage.input_tokens, total);
+        assert_eq!(first.usage.cache_write_5m_tokens, written);
+
+        let second = anthropic_message(&params(Some("1h"), "q2"), &mut c).unwrap();
+        let u = &second.body["usage"];
+        assert_eq!(u["cache_read_input_tokens"], written, "the TTL is not part of the key");
+        assert_eq!(u["cache_creation_input_tokens"], 0);
+        assert_eq!(second.usage.cached_tokens, written);
+
+        // Haiku 4.5 needs 4,096 tokens: nothing cached, no error.
+        let mut haiku = params(None, "q3");
+        haiku["model"] = json!("claude-haiku-4-5");
+        for _ in 0..2 {
+            let out = anthropic_message(&haiku, &mut c).unwrap();
+            assert_eq!(out.usage.cached_tokens + out.usage.cache_write_5m_tokens, 0);
+        }
+        let mut five = params(None, "q4");
+        five["messages"][0]["content"] = json!(vec![
+            json!({"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}});
+            4
+        ]);
+        assert_eq!(
+            anthropic_message(&five, &mut c).unwrap_err().message,
+            "A maximum of 4 blocks with cache_control may be provided. Found 5."
+        );
     }
 }

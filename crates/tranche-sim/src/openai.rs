@@ -811,7 +811,7 @@ fn batch_json(b: &BatchRecord, quirks: bool) -> Value {
             "input_tokens": b.usage.input_tokens,
             "input_tokens_details": {"cached_tokens": b.usage.cached_tokens},
             "output_tokens": b.usage.output_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": b.usage.reasoning_tokens},
             "total_tokens": b.usage.input_tokens + b.usage.output_tokens,
         },
         "metadata": b.metadata,

@@ -19,9 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::cache::PromptCache;
 use crate::clock::{Clock, secs};
 use crate::config::{LineFaultKind, SimConfig};
-use crate::model::{self, Corruption, ModelOutput, ModelRejection, PromptCache, RunContext};
+use crate::model::{self, Corruption, ModelOutput, ModelRejection, RunContext, TokenUsage};
 use crate::spool::{
     FileBody, IndexWriter, LedgerLog, LineReader, ResultSink, Spool, SpoolWorker, SpooledLines,
 };
@@ -301,15 +302,6 @@ pub(crate) trait Dialect: Send + Sync + fmt::Debug {
     }
 }
 
-/// Usage summed over the lines that ran successfully.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// The part of `input_tokens` read from the prompt cache.
-    pub cached_tokens: u64,
-}
-
 /// What became of the lines so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct RequestCounts {
@@ -352,7 +344,8 @@ pub(crate) struct BatchRecord {
     /// Shown once validation has failed.
     pub errors: Option<Vec<BatchError>>,
     pub request_counts: RequestCounts,
-    pub usage: Usage,
+    /// Usage summed over the lines that ran successfully.
+    pub usage: TokenUsage,
     pub output_file_id: Option<String>,
     pub error_file_id: Option<String>,
     /// Inline results (Anthropic), once the batch has ended.
@@ -722,7 +715,7 @@ impl Sim {
             model: None,
             errors: None,
             request_counts: RequestCounts::default(),
-            usage: Usage::default(),
+            usage: TokenUsage::default(),
             output_file_id: None,
             error_file_id: None,
             results: None,
@@ -1200,6 +1193,12 @@ fn run_line(
         None => 0,
     };
     let fault = draw_line_fault(fx.config, provider, &custom_id, attempt);
+    // The model the line names (OpenAI `body`, Anthropic `params`), for an entry without a response.
+    let requested_model = ["body", "params"]
+        .iter()
+        .find_map(|k| request.get(k)?.get("model")?.as_str())
+        .unwrap_or_default()
+        .to_owned();
 
     let line_id = new_id("batch_req_");
     let request_id = new_id("req_");
@@ -1229,6 +1228,7 @@ fn run_line(
             };
             let mut ctx = RunContext {
                 created: secs(at),
+                now: at,
                 nonce: &request_id,
                 corruption,
                 scope: provider.as_str(),
@@ -1247,16 +1247,13 @@ fn run_line(
             }
         }
     };
-    let (input_tokens, output_tokens, cached_tokens) =
-        output.as_ref().map_or((0, 0, 0), |o| (o.input_tokens, o.output_tokens, o.cached_tokens));
+    let usage = output.as_ref().map(|o| o.usage).unwrap_or_default();
     if output.is_some() {
         b.request_counts.completed += 1;
-        b.usage.input_tokens += input_tokens;
-        b.usage.output_tokens += output_tokens;
-        b.usage.cached_tokens += cached_tokens;
+        b.usage.add(&usage);
         let c = fx.counters.get_mut(provider);
         c.requests_billed += 1;
-        c.tokens_billed += input_tokens + output_tokens;
+        c.tokens_billed += usage.input_tokens + usage.output_tokens;
     } else {
         b.request_counts.failed += 1;
     }
@@ -1265,9 +1262,13 @@ fn run_line(
         batch_id: b.id.clone(),
         custom_id,
         outcome,
-        input_tokens,
-        output_tokens,
-        cached_tokens,
+        model: output.map(|o| o.model).unwrap_or(requested_model),
+        input_tokens: usage.input_tokens,
+        cached_tokens: usage.cached_tokens,
+        cache_write_5m_tokens: usage.cache_write_5m_tokens,
+        cache_write_1h_tokens: usage.cache_write_1h_tokens,
+        output_tokens: usage.output_tokens,
+        reasoning_tokens: usage.reasoning_tokens,
     };
     if let Err(e) = fx.ledger.append(&entry) {
         spool_trouble(&b.id, "writing the ledger", &e);

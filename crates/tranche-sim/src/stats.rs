@@ -21,7 +21,7 @@ pub struct ProviderStats {
     pub batches_created: u64,
     /// Lines run successfully.
     pub requests_billed: u64,
-    /// Input plus output tokens of the billed lines.
+    /// Input plus output tokens of the billed lines (input with cache reads and writes).
     pub tokens_billed: u64,
 }
 
@@ -122,7 +122,7 @@ impl LedgerOutcome {
 }
 
 /// One request the simulator ran (one line of `GET /sim/ledger`). Lines that never ran (expired,
-/// cancelled) have no entry.
+/// cancelled) have no entry. Token counts are 0 when the request was not billed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerEntry {
     /// `"openai"`, `"azure"` or `"anthropic"`.
@@ -130,13 +130,26 @@ pub struct LedgerEntry {
     pub batch_id: String,
     pub custom_id: String,
     pub outcome: LedgerOutcome,
-    /// Billed input tokens (0 when not billed).
+    /// The model the response names (for a line without a response, the model the request
+    /// names, or empty).
+    #[serde(default)]
+    pub model: String,
+    /// Every billed input token: uncached, read from the prompt cache, and written to it.
     pub input_tokens: u64,
-    /// Billed output tokens (0 when not billed).
-    pub output_tokens: u64,
     /// The part of `input_tokens` read from the prompt cache.
     #[serde(default)]
     pub cached_tokens: u64,
+    /// The part of `input_tokens` written to a 5-minute cache entry (Anthropic).
+    #[serde(default)]
+    pub cache_write_5m_tokens: u64,
+    /// The part of `input_tokens` written to a 1-hour cache entry (Anthropic).
+    #[serde(default)]
+    pub cache_write_1h_tokens: u64,
+    /// Billed output tokens.
+    pub output_tokens: u64,
+    /// The part of `output_tokens` spent reasoning.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 #[cfg(test)]

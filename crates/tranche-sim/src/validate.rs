@@ -13,8 +13,8 @@ use std::io::{self, BufRead, BufReader, Read};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::model;
 use crate::spool::SpooledLines;
+use crate::tokens;
 
 /// Provider rules that validation enforces.
 #[derive(Debug, Clone)]
@@ -357,7 +357,7 @@ pub(crate) fn validate(
         }
         if limits.count_tokens {
             estimated_tokens +=
-                model::request_tokens(endpoint, obj.get("body").unwrap_or(&Value::Null));
+                tokens::request_tokens(endpoint, obj.get("body").unwrap_or(&Value::Null));
         }
         if let Some(m) = line_model {
             match &model {

@@ -354,29 +354,37 @@ async fn batches_do_not_expire_unless_configured() {
 #[tokio::test]
 async fn enqueued_token_limits_fail_the_batch_or_the_call() {
     for fail_fast in [false, true] {
+        // Exactly one file's prompt tokens by the counting convention (o200k for gpt-4o).
+        let tokens = |s: &str| tiktoken_rs::o200k_base_singleton().encode_ordinary(s).len() as u64;
+        let limit: u64 =
+            (0..5).map(|i| 3 + 3 + tokens("user") + tokens(&format!("Question {i}"))).sum();
         let mut config = paced(0.001);
-        config.azure.enqueued_token_limits.insert(DEPLOYMENT.to_owned(), 15);
+        config.azure.enqueued_token_limits.insert(DEPLOYMENT.to_owned(), limit);
         config.azure.token_limit_fail_fast = fail_fast;
         let t = TestSim::new(config).await;
         let azure = t.azure_legacy();
         let file = azure.upload(&chat_file(5, DEPLOYMENT, "/v1/chat/completions")).await;
-        // About 10 tokens: fits; a second one would pass 15 while the first runs.
+        // The first fits; a second one would pass the limit while the first runs.
         let first = azure.create(&file, "/chat/completions").await;
         let r = azure
             .post("/batches", &json!({"input_file_id": file, "endpoint": "/chat/completions", "completion_window": "24h"}))
             .await;
-        let message_start = "The number of enqueued tokens has surpassed the configured limit of 15 for the deployment 'gpt-4o-mini-batch'.";
+        let message_start = format!(
+            "The number of enqueued tokens has surpassed the configured limit of {limit} for the deployment 'gpt-4o-mini-batch'."
+        );
         if fail_fast {
             let err = azure_error(&r, 400);
             assert_eq!(err["code"], "token_limit_exceeded");
-            assert!(err["message"].as_str().unwrap().starts_with(message_start));
+            assert!(err["message"].as_str().unwrap().starts_with(&message_start));
         } else {
             assert_eq!(r.status, StatusCode::OK);
             t.sim.advance(5.0);
             let b = azure.batch(r.body["id"].as_str().unwrap()).await;
             assert_eq!(b["status"], "failed");
             assert_eq!(b["errors"]["data"][0]["code"], "token_limit_exceeded");
-            assert!(b["errors"]["data"][0]["message"].as_str().unwrap().starts_with(message_start));
+            assert!(
+                b["errors"]["data"][0]["message"].as_str().unwrap().starts_with(&message_start)
+            );
         }
         // Once the first batch is cancelled its tokens are released.
         azure

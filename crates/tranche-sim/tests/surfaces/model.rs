@@ -1,14 +1,35 @@
 //! The deterministic model through the wire: cached-token fields, spoiled answers (invalid JSON,
-//! schema violations) that are still billed, and OpenAI's enqueued-token limit.
+//! schema violations) that are still billed, and OpenAI's enqueued-token limit (counted by the
+//! same convention as the usage).
 
 use serde_json::{Value, json};
 use tranche_sim::{LedgerOutcome, LineFault, LineFaultKind};
 
 use crate::helpers::{TestSim, frozen, jsonl, paced};
 
+const SYSTEM: &str = "You classify customer support tickets into shipping, billing or other. ";
+
+/// A system prompt well over OpenAI's 1,024-token caching minimum.
+fn system() -> String {
+    SYSTEM.repeat(100)
+}
+
+fn o200k(s: &str) -> u64 {
+    tiktoken_rs::o200k_base_singleton().encode_ordinary(s).len() as u64
+}
+
+/// Prompt tokens of `shared_prefix_file(n, _)` by the counting convention.
+fn shared_prefix_tokens(n: usize) -> u64 {
+    (0..n)
+        .map(|i| {
+            3 + (3 + o200k("system") + o200k(&system()))
+                + (3 + o200k("user") + o200k(&format!("Ticket {i}")))
+        })
+        .sum()
+}
+
 fn shared_prefix_file(n: usize, url: &str) -> String {
-    let system =
-        "You classify customer support tickets into shipping, billing or other. ".repeat(6);
+    let system = system();
     (0..n)
         .map(|i| {
             json!({"custom_id": format!("t{i}"), "method": "POST", "url": url, "body": {
@@ -37,9 +58,9 @@ async fn a_repeated_prompt_prefix_is_reported_as_cached() {
                 .unwrap()
         })
         .collect();
-    // The first line to run wrote the cache; the other three read it.
+    // The first line to run wrote the cache; the other three read it, in steps of 128 tokens.
     assert_eq!(cached.iter().filter(|c| **c == 0).count(), 1, "{cached:?}");
-    assert!(cached.iter().filter(|c| **c > 0).count() == 3);
+    assert!(cached.iter().filter(|c| **c >= 1_024 && **c % 128 == 0).count() == 3);
     let total: u64 = cached.iter().sum();
     assert_eq!(b["usage"]["input_tokens_details"]["cached_tokens"], total);
     let ledger_cached: u64 = t.sim.ledger().iter().map(|e| e.cached_tokens).sum();
@@ -122,8 +143,10 @@ async fn spoiled_answers_are_billed_but_do_not_parse_or_fit() {
 
 #[tokio::test]
 async fn openai_enqueued_token_limit_fails_the_batch() {
+    // The limit is exactly one file's tokens: the first batch fits, the second does not.
+    let limit = shared_prefix_tokens(10);
     let mut config = paced(0.001);
-    config.openai.enqueued_token_limits.insert("*".to_owned(), 2_000);
+    config.openai.enqueued_token_limits.insert("*".to_owned(), limit);
     let t = TestSim::new(config).await;
     let oai = t.openai();
     let file = oai.upload(&shared_prefix_file(10, "/v1/chat/completions")).await;
@@ -142,4 +165,14 @@ async fn openai_enqueued_token_limit_fails_the_batch() {
             .starts_with("Enqueued token limit reached for gpt-4o-mini")
     );
     assert_eq!(err["line"], Value::Null);
+
+    // One token less and even the first batch is over the limit.
+    let mut config = paced(0.001);
+    config.openai.enqueued_token_limits.insert("*".to_owned(), limit - 1);
+    let t = TestSim::new(config).await;
+    let oai = t.openai();
+    let file = oai.upload(&shared_prefix_file(10, "/v1/chat/completions")).await;
+    let first = oai.create(&file, "/v1/chat/completions").await;
+    t.sim.advance(5.0);
+    assert_eq!(oai.batch(first["id"].as_str().unwrap()).await["status"], "failed");
 }
