@@ -181,6 +181,7 @@ impl EngineSettings {
         if let Some(grace) = self.orphan_grace {
             config.orphan_grace = seconds("orphan_grace", grace, true)?;
         }
+        config.prices = self.price_table(data_dir)?;
         for (provider, limits) in &self.file_limits {
             let entry = config.file_limits.entry(*provider).or_default();
             entry.with_expiry = limits.with_expiry.or(entry.with_expiry);

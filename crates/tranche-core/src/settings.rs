@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::input::InputOptions;
-use crate::{Endpoint, ProviderKind};
+use crate::{Endpoint, ProviderKind, Usd};
 
 /// A job's settings. Stored as JSON; fields a later version adds default when read back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +50,10 @@ pub struct JobSettings {
     /// The seed of the review sample [default: derived from the job id].
     #[serde(default)]
     pub review_seed: Option<u64>,
+    /// The most the job may cost: its requests go out only while their worst case, added to
+    /// what the job was billed and has in flight, stays within it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Usd>,
 }
 
 /// What an answer that fails its job's check does.
@@ -103,6 +107,7 @@ impl Default for JobSettings {
             on_invalid: OnInvalid::Retry,
             review_sample: None,
             review_seed: None,
+            budget: None,
         }
     }
 }
@@ -140,6 +145,7 @@ mod tests {
             on_invalid: OnInvalid::Fail,
             review_sample: Some(20),
             review_seed: Some(7),
+            budget: Some(Usd::from_nanos(12_500_000_000)),
         };
         let json = serde_json::to_string(&settings).unwrap();
         assert_eq!(serde_json::from_str::<JobSettings>(&json).unwrap(), settings);
@@ -153,6 +159,8 @@ mod tests {
             (old.answer_check, old.on_invalid, old.review_sample),
             (None, OnInvalid::Retry, None)
         );
+        assert_eq!(old.budget, None);
+        assert!(json.contains(r#""budget":12.5"#), "{json}");
         assert_eq!(serde_json::from_str::<JobSettings>("{}").unwrap(), JobSettings::default());
         let options = settings.input_options(ProviderKind::Azure);
         assert_eq!(

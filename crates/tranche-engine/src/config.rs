@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tranche_blob::BlobStore;
 use tranche_core::plan::TrancheLimits;
+use tranche_core::price::PriceTable;
 
 use crate::janitor::FileLimits;
 use crate::policy::Retries;
@@ -62,6 +63,9 @@ pub struct EngineConfig {
     /// How often `Engine::drive` cleans up each account's provider files (once across all
     /// engines of the store); `None`: never.
     pub janitor_interval: Option<Duration>,
+    /// What models cost: the bundled table under the deployment's own file. Budgets are kept
+    /// by it.
+    pub prices: PriceTable,
 }
 
 impl EngineConfig {
@@ -89,6 +93,7 @@ impl EngineConfig {
             file_limits: BTreeMap::from([(ProviderKind::Azure, FileLimits::AZURE)]),
             orphan_grace: Duration::from_secs(24 * 3600),
             janitor_interval: None,
+            prices: PriceTable::bundled(),
         }
     }
 

@@ -4,6 +4,7 @@
 //! the next step starts, so a restarted engine continues where the last one stopped. The
 //! engine never speaks HTTP itself; it goes through `tranche_providers::Provider`.
 
+mod budget;
 mod cancel;
 mod config;
 mod drive;
@@ -23,6 +24,7 @@ mod settle;
 mod steps;
 mod submit;
 
+pub use budget::BUDGET_EXCEEDED;
 pub use config::{EngineConfig, Until};
 pub use engine::{Engine, Providers};
 pub use error::EngineError;

@@ -5,11 +5,14 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tranche_blob::BlobWriter;
 use tranche_core::codec::{input_line_len, wire_id};
+use tranche_core::estimate::worst_case;
 use tranche_core::hash::canonical_json;
-use tranche_core::input::{ErrorCollector, InputError, InputParser, Rejected, duplicate};
+use tranche_core::input::{
+    ErrorCollector, InputError, InputParser, ParsedRequest, Rejected, duplicate,
+};
 use tranche_core::plan::TrancheLimits;
 use tranche_core::validate::AnswerSchema;
-use tranche_core::{JobId, JobSettings, ProviderKind};
+use tranche_core::{JobId, JobSettings, ProviderKind, Usd};
 use tranche_store::{JobWriter, NewAnswerCheck, NewJob, NewRequest, RequestBody, StoreError};
 
 use crate::engine::Engine;
@@ -70,6 +73,7 @@ impl Engine {
         source: Option<String>,
     ) -> Result<Submitted, SubmitError> {
         let answer_check = answer_check(&mut settings)?;
+        let budgeted = settings.budget.is_some();
         let options = settings.input_options(provider_kind);
         let limits = self.config().limits(provider_kind);
         let accepted_at = self.now();
@@ -99,7 +103,7 @@ impl Engine {
                 provider_kind,
                 options,
                 limits,
-                max_attempts,
+                (max_attempts, budgeted),
                 accepted_at,
                 &mut *writer,
                 &mut bodies,
@@ -125,7 +129,7 @@ impl Engine {
         provider_kind: ProviderKind,
         options: tranche_core::input::InputOptions,
         limits: TrancheLimits,
-        max_attempts: u32,
+        (max_attempts, budgeted): (u32, bool),
         accepted_at: i64,
         writer: &mut dyn JobWriter,
         bodies: &mut BlobWriter,
@@ -185,6 +189,17 @@ impl Engine {
                 errors.push(e);
                 continue;
             }
+            let max_cost = if budgeted {
+                match self.worst_cost(provider_kind, &request) {
+                    Ok(cost) => Some(cost),
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             body_line.clear();
             body_line.extend_from_slice(request.body.as_bytes());
             body_line.push(b'\n');
@@ -204,6 +219,7 @@ impl Engine {
                     input_hash: &request.input_hash.to_hex(),
                     max_attempts,
                     est_tokens: request.est_tokens,
+                    max_cost,
                     accepted_at,
                 })
                 .await;
@@ -225,6 +241,43 @@ impl Engine {
             }));
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// The most a request of a job with a budget may cost, or why no budget can be kept for
+    /// it (its model has no price, or nothing bounds its output).
+    fn worst_cost(
+        &self,
+        provider: ProviderKind,
+        request: &ParsedRequest,
+    ) -> Result<Usd, InputError> {
+        let refuse = |field: &str, reason: String| InputError {
+            line: request.line,
+            field: Some(field.to_owned()),
+            reason,
+        };
+        let body: serde_json::Value =
+            serde_json::from_str(&request.body).map_err(|e| refuse("body", e.to_string()))?;
+        let prices = &self.config().prices;
+        let worst = worst_case(provider, request.endpoint, &request.model, &body, prices);
+        match worst.costs {
+            Some(costs) => Ok(Usd::ceil(costs.cost)),
+            None if prices.lookup(provider, &request.model).is_none() => Err(refuse(
+                "body.model",
+                format!(
+                    "`{}` has no price, so --budget cannot be kept: add it to a price file (--prices FILE) or submit without a budget",
+                    request.model
+                ),
+            )),
+            None => Err(refuse(
+                "body.max_tokens",
+                format!(
+                    "nothing bounds this request's output (no max_tokens, and no maximum output is known for `{}`): set max_tokens, or submit without a budget",
+                    request.model
+                ),
+            )),
+        }
     }
 }
 

@@ -708,6 +708,7 @@ async fn bodies_rest_in_the_blob_store_and_older_jobs_still_run() {
             input_hash: "00",
             max_attempts: 3,
             est_tokens: 10,
+            max_cost: None,
             accepted_at: 1,
         })
         .await

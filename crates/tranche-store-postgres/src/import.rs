@@ -194,21 +194,22 @@ impl PgStore {
                              max_attempts, batch_returns, cached, est_tokens, accepted_at,
                              not_before, error, input_tokens, output_tokens, finished_at,
                              body_offset, body_length, output_object, output_offset,
-                             output_length, answer_check
+                             output_length, answer_check, max_cost
                       FROM requests WHERE id > ? ORDER BY id LIMIT ?",
             insert = "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider,
                              endpoint, model, wire_bytes, input_hash, state, tranche_id,
                              attempts, max_attempts, batch_returns, cached, est_tokens,
                              accepted_at, not_before, error, input_tokens, output_tokens,
                              finished_at, body_offset, body_length, output_object,
-                             output_offset, output_length, answer_check)
+                             output_offset, output_length, answer_check, max_cost)
                       SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::text[],
                              $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[],
                              $10::text[], $11::text[], $12::text[], $13::bigint[],
                              $14::bigint[], $15::bigint[], $16::boolean[], $17::bigint[],
                              $18::bigint[], $19::bigint[], $20::text[], $21::bigint[],
                              $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[],
-                             $26::text[], $27::bigint[], $28::bigint[], $29::text[])",
+                             $26::text[], $27::bigint[], $28::bigint[], $29::text[],
+                             $30::bigint[])",
             keys = [k: i64 = i64::MIN],
             columns = [id: i64, job_id: String, line: i64, custom_id: String, wire_id: String,
                 provider: String, endpoint: String, model: String, wire_bytes: i64,
@@ -218,7 +219,8 @@ impl PgStore {
                 input_tokens: Option<i64>, output_tokens: Option<i64>,
                 finished_at: Option<i64>, body_offset: Option<i64>, body_length: Option<i64>,
                 output_object: Option<String>, output_offset: Option<i64>,
-                output_length: Option<i64>, answer_check: Option<String>]
+                output_length: Option<i64>, answer_check: Option<String>,
+                max_cost: Option<i64>]
         );
         copy_table!(src, tx, report, "request_bodies", page = TEXT_PAGE,
             select = "SELECT request_id AS k, request_id, body

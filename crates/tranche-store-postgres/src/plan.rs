@@ -1,7 +1,7 @@
 //! Waiting requests in keyset pages, earlier answers, enqueued tokens, and claims.
 
 use sqlx::Row;
-use tranche_core::{Endpoint, LeaseToken, ProviderKind};
+use tranche_core::{Endpoint, JobId, LeaseToken, ProviderKind, Usd};
 use tranche_store::rows::{day_of, parse, to_i64, to_u64};
 use tranche_store::*;
 
@@ -50,7 +50,7 @@ impl PlanStore for PgStore {
         // Ids are taken from a sequence as jobs are written, several at once: a job that
         // commits after a page passed its ids is found by the next planning round.
         let rows = sqlx::query(
-            "SELECT id, wire_bytes, wire_id, est_tokens FROM requests
+            "SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
              WHERE state = 'pending' AND provider = $1 AND endpoint = $2 AND model = $3
                AND id > $4 AND not_before <= $5 AND answer_check IS NOT DISTINCT FROM $6
                AND NOT EXISTS (
@@ -77,6 +77,8 @@ impl PlanStore for PgStore {
                     wire_bytes: to_u64(row.try_get(1)?),
                     wire_id: row.try_get(2)?,
                     est_tokens: to_u64(row.try_get(3)?),
+                    job_id: parse("job id", row.try_get(4)?)?,
+                    max_cost: row.try_get::<Option<i64>, _>(5)?.map(|c| Usd::from_nanos(to_u64(c))),
                 })
             })
             .collect()
@@ -210,6 +212,33 @@ impl PlanStore for PgStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(|row| Ok((row.try_get(0)?, to_u64(row.try_get(1)?)))).collect()
+    }
+
+    async fn job_queued_cost(&self, job: JobId) -> StoreResult<Usd> {
+        let nanos: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(max_cost), 0)::bigint FROM requests
+             WHERE job_id = $1 AND state = 'queued'",
+        )
+        .bind(job.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Usd::from_nanos(to_u64(nanos)))
+    }
+
+    async fn end_waiting(&self, job: JobId, error: &str, at: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'cancelled', error = $1, finished_at = $2,
+                    tranche_id = NULL
+             WHERE job_id = $3 AND state = 'pending'",
+        )
+        .bind(error)
+        .bind(at)
+        .bind(job.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 
     async fn create_tranche(

@@ -23,6 +23,7 @@ struct Chunk {
     input_hash: Vec<String>,
     max_attempts: Vec<i64>,
     est_tokens: Vec<i64>,
+    max_cost: Vec<Option<i64>>,
     accepted_at: Vec<i64>,
     /// The body's range in the job's body object, when it rests there.
     body_offset: Vec<Option<i64>>,
@@ -43,6 +44,7 @@ impl Chunk {
             input_hash: Vec::with_capacity(n),
             max_attempts: Vec::with_capacity(n),
             est_tokens: Vec::with_capacity(n),
+            max_cost: Vec::with_capacity(n),
             accepted_at: Vec::with_capacity(n),
             body_offset: Vec::with_capacity(n),
             body_length: Vec::with_capacity(n),
@@ -64,6 +66,7 @@ impl Chunk {
         self.input_hash.clear();
         self.max_attempts.clear();
         self.est_tokens.clear();
+        self.max_cost.clear();
         self.accepted_at.clear();
         self.body_offset.clear();
         self.body_length.clear();
@@ -154,6 +157,7 @@ impl JobWriter for PgJobWriter {
         chunk.input_hash.push(request.input_hash.to_owned());
         chunk.max_attempts.push(i64::from(request.max_attempts));
         chunk.est_tokens.push(to_i64(request.est_tokens));
+        chunk.max_cost.push(request.max_cost.map(|c| to_i64(c.nanos())));
         chunk.accepted_at.push(request.accepted_at);
         chunk.body_offset.push(range.map(|(offset, _)| offset));
         chunk.body_length.push(range.map(|(_, len)| len));
@@ -184,15 +188,17 @@ impl JobWriter for PgJobWriter {
         let inserted = sqlx::query(
             "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
                                    wire_bytes, input_hash, state, max_attempts, est_tokens,
-                                   accepted_at, body_offset, body_length, answer_check)
+                                   accepted_at, body_offset, body_length, answer_check,
+                                   max_cost)
              SELECT u.id, $1, u.line, u.custom_id, u.wire_id, $2, u.endpoint, u.model,
                     u.wire_bytes, u.input_hash, 'pending', u.max_attempts, u.est_tokens,
-                    u.accepted_at, u.body_offset, u.body_length, $3
+                    u.accepted_at, u.body_offset, u.body_length, $3, u.max_cost
              FROM UNNEST($4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[],
                          $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::bigint[],
-                         $14::bigint[], $15::bigint[], $16::bigint[])
+                         $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[])
                   AS u(id, line, custom_id, wire_id, endpoint, model, wire_bytes, input_hash,
-                       max_attempts, est_tokens, accepted_at, body_offset, body_length)",
+                       max_attempts, est_tokens, accepted_at, body_offset, body_length,
+                       max_cost)",
         )
         .bind(self.job.as_str())
         .bind(self.provider.as_str())
@@ -210,6 +216,7 @@ impl JobWriter for PgJobWriter {
         .bind(&chunk.accepted_at)
         .bind(&chunk.body_offset)
         .bind(&chunk.body_length)
+        .bind(&chunk.max_cost)
         .execute(&mut *savepoint)
         .await;
         match inserted {

@@ -132,6 +132,7 @@ async fn checked_job(store: &dyn Store, n: u64, model: &str) {
                 input_hash: "01",
                 max_attempts: 3,
                 est_tokens: 1,
+                max_cost: None,
                 accepted_at: 200,
             })
             .await

@@ -23,6 +23,7 @@ fn request<'a>(line: u64, custom_id: &'a str) -> NewRequest<'a> {
         input_hash: "00",
         max_attempts: 3,
         est_tokens: 1,
+        max_cost: None,
         accepted_at: 100,
     }
 }

@@ -1,7 +1,7 @@
 //! Waiting requests in keyset pages, earlier answers, enqueued tokens, and claims.
 
 use sqlx::Row;
-use tranche_core::{Endpoint, LeaseToken, ProviderKind};
+use tranche_core::{Endpoint, JobId, LeaseToken, ProviderKind, Usd};
 use tranche_store::rows::{day_of, parse, to_i64, to_u64};
 use tranche_store::*;
 
@@ -46,7 +46,7 @@ impl PlanStore for SqliteStore {
         limit: u32,
     ) -> StoreResult<Vec<PendingItem>> {
         let rows = sqlx::query(
-            "SELECT id, wire_bytes, wire_id, est_tokens FROM requests
+            "SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
              WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ? AND id > ?
                AND not_before <= ? AND answer_check IS ?
                AND NOT EXISTS (
@@ -72,6 +72,8 @@ impl PlanStore for SqliteStore {
                     wire_bytes: to_u64(row.try_get(1)?),
                     wire_id: row.try_get(2)?,
                     est_tokens: to_u64(row.try_get(3)?),
+                    job_id: parse("job id", row.try_get(4)?)?,
+                    max_cost: row.try_get::<Option<i64>, _>(5)?.map(|c| Usd::from_nanos(to_u64(c))),
                 })
             })
             .collect()
@@ -196,6 +198,31 @@ impl PlanStore for SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(|row| Ok((row.try_get(0)?, to_u64(row.try_get(1)?)))).collect()
+    }
+
+    async fn job_queued_cost(&self, job: JobId) -> StoreResult<Usd> {
+        let nanos: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(max_cost), 0) FROM requests WHERE job_id = ? AND state = 'queued'",
+        )
+        .bind(job.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Usd::from_nanos(to_u64(nanos)))
+    }
+
+    async fn end_waiting(&self, job: JobId, error: &str, at: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE requests SET state = 'cancelled', error = ?, finished_at = ?, tranche_id = NULL
+             WHERE job_id = ? AND state = 'pending'",
+        )
+        .bind(error)
+        .bind(at)
+        .bind(job.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 
     async fn create_tranche(

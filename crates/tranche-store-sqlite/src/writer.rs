@@ -22,6 +22,7 @@ struct RequestRow {
     input_hash: String,
     max_attempts: i64,
     est_tokens: i64,
+    max_cost: Option<i64>,
     accepted_at: i64,
     /// The body's range in the job's body object, when it rests there.
     body_range: Option<(i64, i64)>,
@@ -113,6 +114,7 @@ impl JobWriter for SqliteJobWriter {
             input_hash: request.input_hash.to_owned(),
             max_attempts: i64::from(request.max_attempts),
             est_tokens: to_i64(request.est_tokens),
+            max_cost: request.max_cost.map(|c| to_i64(c.nanos())),
             accepted_at: request.accepted_at,
             body_range: match request.body {
                 RequestBody::InObject { offset, len } => Some((to_i64(offset), to_i64(len))),
@@ -139,7 +141,8 @@ impl JobWriter for SqliteJobWriter {
         let mut insert = QueryBuilder::<Sqlite>::new(
             "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
                                    wire_bytes, input_hash, state, max_attempts, est_tokens,
-                                   accepted_at, body_offset, body_length, answer_check) ",
+                                   accepted_at, body_offset, body_length, answer_check,
+                                   max_cost) ",
         );
         let (job, provider) = (&self.job, self.provider.as_str());
         let check = self.answer_check.as_deref();
@@ -160,7 +163,8 @@ impl JobWriter for SqliteJobWriter {
                 .push_bind(r.accepted_at)
                 .push_bind(r.body_range.map(|(offset, _)| offset))
                 .push_bind(r.body_range.map(|(_, len)| len))
-                .push_bind(check);
+                .push_bind(check)
+                .push_bind(r.max_cost);
         });
         match insert.build().persistent(persistent).execute(&mut *self.tx).await {
             Ok(_) => {}

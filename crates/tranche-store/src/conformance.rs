@@ -125,6 +125,7 @@ async fn add_job_as(
                 input_hash,
                 max_attempts: 3,
                 est_tokens: 10,
+                max_cost: None,
                 accepted_at: 100,
             })
             .await
@@ -271,6 +272,7 @@ pub async fn a_dropped_job_writer_stores_nothing(store: &dyn Store) {
             input_hash: "00",
             max_attempts: 3,
             est_tokens: 10,
+            max_cost: None,
             accepted_at: 100,
         })
         .await
@@ -487,6 +489,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
                 input_hash: "00",
                 max_attempts: 3,
                 est_tokens: 1,
+                max_cost: None,
                 accepted_at: 1,
             })
             .await
@@ -878,6 +881,7 @@ pub async fn bodies_by_reference_come_back_as_ranges_in_request_order(store: &dy
                 input_hash: "00",
                 max_attempts: 3,
                 est_tokens: 1,
+                max_cost: None,
                 accepted_at: 100,
             })
             .await
@@ -1178,6 +1182,7 @@ async fn add_hashed_job(store: &dyn Store, requests: &[(&str, &str)]) -> JobId {
                 input_hash: hash,
                 max_attempts: 3,
                 est_tokens: 1,
+                max_cost: None,
                 accepted_at: 100,
             })
             .await

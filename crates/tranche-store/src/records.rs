@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 pub use tranche_core::AttemptOutcome;
 use tranche_core::{
     AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
-    RequestState, TokenUsage, TrancheId, TrancheState,
+    RequestState, TokenUsage, TrancheId, TrancheState, Usd,
 };
 
 /// A job as first recorded.
@@ -87,6 +87,8 @@ pub struct NewRequest<'a> {
     pub max_attempts: u32,
     /// Estimated input + output tokens, for enqueued-token admission.
     pub est_tokens: u64,
+    /// The most it may cost, for a job with a budget.
+    pub max_cost: Option<Usd>,
     pub accepted_at: i64,
 }
 
@@ -159,6 +161,9 @@ pub struct PendingItem {
     pub wire_id: String,
     pub est_tokens: u64,
     pub wire_bytes: u64,
+    pub job_id: JobId,
+    /// The most it may cost, when its job has a budget.
+    pub max_cost: Option<Usd>,
 }
 
 /// A waiting request, and an earlier request with the same custom id and input hash that

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use tranche_core::{
     AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
-    TrancheId, TrancheState,
+    TrancheId, TrancheState, Usd,
 };
 
 use crate::error::StoreResult;
@@ -166,6 +166,14 @@ pub trait PlanStore: Send + Sync {
 
     /// Estimated tokens per model in tranches that are, or are about to be, at the provider.
     async fn enqueued_tokens(&self, provider: ProviderKind) -> StoreResult<Vec<(String, u64)>>;
+
+    /// The most a job's requests in flight (queued in tranches) may still cost: what its
+    /// budget holds for them until their results are billed.
+    async fn job_queued_cost(&self, job: JobId) -> StoreResult<Usd>;
+
+    /// Ends a job's waiting requests cancelled with `error` (JSON): its budget cannot pay for
+    /// them. Returns how many.
+    async fn end_waiting(&self, job: JobId, error: &str, at: i64) -> StoreResult<u64>;
 
     /// Records a tranche and claims its requests, in one transaction, while the planning duty
     /// `duty` is still held with its token. Requests no longer pending are not claimed; the

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use tranche_app::{EngineSettings, ExportFormat, ExportOptions, ProviderOptions};
-use tranche_core::{Endpoint, JobSettings, OnInvalid, ProviderKind, RequestState};
+use tranche_core::{Endpoint, JobSettings, OnInvalid, ProviderKind, RequestState, Usd};
 
 /// tranche: a durable pipeline for LLM batch APIs.
 #[derive(Debug, Parser)]
@@ -137,6 +137,11 @@ pub struct InputArgs {
     /// The seed of the review sample [default: derived from the job id].
     #[arg(long, requires = "review_sample")]
     pub review_seed: Option<u64>,
+    /// The most the job may cost, in US dollars: its requests go out only while their worst
+    /// case (input plus max_tokens, at batch prices) fits beside what it was billed and has in
+    /// flight; the rest end cancelled with `budget_exceeded`. Every model needs a price.
+    #[arg(long, value_name = "USD")]
+    pub budget: Option<Usd>,
 }
 
 fn parse_on_invalid(s: &str) -> Result<OnInvalid, String> {
@@ -578,6 +583,7 @@ impl InputArgs {
             on_invalid: self.on_invalid,
             review_sample: self.review_sample,
             review_seed: self.review_seed,
+            budget: self.budget,
         })
     }
 }

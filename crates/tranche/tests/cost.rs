@@ -235,3 +235,60 @@ fn today() -> String {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     now[..10].to_owned()
 }
+
+#[test]
+fn a_budget_stops_the_job_before_it_costs_more() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let lines: String = (0..60)
+        .map(|i| {
+            let body = json!({"model": "gpt-4o-mini", "max_tokens": 40,
+                              "messages": [{"role": "user", "content": format!("doc:{i} says hello")}]});
+            format!("{}\n", json!({"key": format!("doc:{i}"), "body": body}))
+        })
+        .collect();
+    let input = env.write("input.jsonl", &lines);
+    let budget = 0.0002;
+    let out = env
+        .tranche()
+        .args(["run", input.to_str().unwrap(), "--task", "greet", "--base-url", &sim.openai])
+        .args(["--poll-interval", "0.1", "--max-batch-requests", "10", "--json"])
+        .args(["--budget", &budget.to_string()])
+        .output()
+        .unwrap();
+    let status: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    let job = status["job_id"].as_str().unwrap().to_owned();
+    let counts = &status["counts"];
+    let (succeeded, cancelled) =
+        (counts["succeeded"].as_u64().unwrap(), counts["cancelled"].as_u64().unwrap());
+    assert!(succeeded > 10 && cancelled > 0, "stopped mid-job: {status}");
+    assert_eq!(succeeded + cancelled, 60, "{status}");
+    let report = json_out(&env, &["cost", &job, "--json"]);
+    let cost = report["cost"].as_f64().unwrap();
+    assert!(cost <= budget, "{cost} > {budget}");
+    // What the simulator billed is what the report says, and within the budget.
+    let ([input, _, _, output], _) = ledger(sim.root(), "openai");
+    let billed = (input as f64 * 0.15 + output as f64 * 0.60) / 1e6 * 0.5;
+    assert!((billed - cost).abs() < 1e-9 && billed <= budget, "{billed} vs {cost}");
+    // The requests left say why.
+    let out = env.tranche().args(["results", &job, "--status", "cancelled"]).output().unwrap();
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert!(first["error"].to_string().contains("budget_exceeded"), "{first}");
+
+    // A budget on a model without a price is refused at submit, naming the line and model.
+    let line = json!({"key": "a", "body": {"model": "house-model-7", "max_tokens": 5,
+                      "messages": [{"role": "user", "content": "hi"}]}});
+    env.write("unpriced.jsonl", &format!("{line}\n"));
+    let out = env
+        .tranche()
+        .args(["submit", "unpriced.jsonl", "--task", "t", "--budget", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 1") && stderr.contains("house-model-7"), "{stderr}");
+    let out = env.tranche().args(["submit", "unpriced.jsonl", "--budget", "-1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}

@@ -8,6 +8,7 @@ use tranche_core::plan::{GroupKey, PlanItem, PlannedTranche, Planner};
 use tranche_core::{Endpoint, JobState, LeaseToken, ProviderKind, TrancheId};
 use tranche_store::NewTranche;
 
+use crate::budget::Budgets;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::lease::{Lease, Subject};
@@ -72,6 +73,7 @@ impl Engine {
         }
         let mut enqueued: BTreeMap<String, u64> =
             self.store.enqueued_tokens(kind).await?.into_iter().collect();
+        let mut budgets = Budgets::default();
         for group in groups {
             // Pooling thresholds: a group goes out once it is large enough or old enough.
             if !policy::pool_is_due(
@@ -88,12 +90,12 @@ impl Engine {
                 kind,
                 (group.endpoint, group.model.clone(), check),
                 now,
-                &mut enqueued,
+                (&mut enqueued, &mut budgets),
                 duty,
             )
             .await?;
         }
-        Ok(())
+        budgets.settle(self, kind, now).await
     }
 
     /// Answers waiting requests whose custom id and input hash already have a succeeded
@@ -112,13 +114,14 @@ impl Engine {
     }
 
     /// Cuts one group's waiting requests (endpoint, model, answer check) into tranches, until
-    /// they run out or a tranche has to wait for enqueued-token room.
+    /// they run out or a tranche has to wait for enqueued-token room; a request whose job's
+    /// budget cannot hold it waits.
     async fn plan_group(
         &self,
         kind: ProviderKind,
         (endpoint, model, check): (Endpoint, String, Option<&str>),
         now: i64,
-        enqueued: &mut BTreeMap<String, u64>,
+        (enqueued, budgets): (&mut BTreeMap<String, u64>, &mut Budgets),
         duty: (&str, LeaseToken),
     ) -> Result<(), EngineError> {
         const PAGE: u32 = 4_096;
@@ -138,9 +141,10 @@ impl Engine {
             after = last.request_id;
             for item in page {
                 let hash = wire_hash(&item.wire_id);
-                if !wire_ids.insert(hash) {
+                if wire_ids.contains(&hash) || !budgets.admits(self, &item).await? {
                     continue;
                 }
+                wire_ids.insert(hash);
                 let item = PlanItem {
                     group: key.clone(),
                     bytes: item.wire_bytes,

@@ -30,6 +30,9 @@ CREATE TABLE usage_totals (
 
 CREATE INDEX usage_totals_by_day ON usage_totals (day);
 
+-- The most each request of a job with a budget may cost, in nanodollars.
+ALTER TABLE requests ADD COLUMN max_cost BIGINT;
+
 -- Answers recorded before the ledger: their requests' totals, under their tranche's model.
 INSERT INTO usage_totals
 SELECT r.job_id, 'billed', t.provider, t.model, r.finished_at - (r.finished_at % 86400),

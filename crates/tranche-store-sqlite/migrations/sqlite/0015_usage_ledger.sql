@@ -33,6 +33,10 @@ CREATE TABLE usage_totals (
 
 CREATE INDEX usage_totals_by_day ON usage_totals (day);
 
+-- The most each request of a job with a budget may cost, in nanodollars: planning admits a
+-- request only while the job's bill, its requests in flight and this stay within the budget.
+ALTER TABLE requests ADD COLUMN max_cost INTEGER;
+
 -- Answers recorded before the ledger: their requests' totals, under their tranche's model,
 -- with no cache split (none was read then).
 INSERT INTO usage_totals
