@@ -338,4 +338,37 @@ mod tests {
             Ok(())
         });
     }
+
+    #[test]
+    fn a_price_file_in_the_configuration_overlays_the_bundled_table() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            let bundled = layered(jail, &EngineSettings::default()).price_table(jail.directory());
+            let bundled = bundled.unwrap();
+            assert!(bundled.lookup(ProviderKind::Openai, "house-model").is_none());
+            let mini = bundled.lookup(ProviderKind::Openai, "gpt-4o-mini").unwrap();
+            jail.create_file("ours.toml", "[openai.\"house-model\"]\ninput = 1.5\noutput = 6.0\n\n[openai.\"gpt-4o-mini\"]\ninput = 0.2\noutput = 9.0\n")?;
+            jail.create_file(CONFIG_FILE, "prices = \"ours.toml\"\n")?;
+            let table = layered(jail, &EngineSettings::default()).price_table(jail.directory());
+            let table = table.unwrap();
+            assert_eq!(table.lookup(ProviderKind::Openai, "house-model").unwrap().input, 1.5);
+            let overridden = table.lookup(ProviderKind::Openai, "gpt-4o-mini").unwrap();
+            assert_eq!((overridden.input, overridden.output), (0.2, 9.0));
+            assert_eq!(overridden.cached_input, mini.cached_input, "what it does not give stays");
+            // The engine keeps budgets by the same table.
+            let config = layered(jail, &EngineSettings::default());
+            let config = config.engine_config(jail.directory()).unwrap();
+            assert!(config.prices.lookup(ProviderKind::Openai, "house-model").is_some());
+            // A missing file or a bad one is refused by name.
+            jail.create_file(CONFIG_FILE, "prices = \"nowhere.toml\"\n")?;
+            let err = layered(jail, &EngineSettings::default()).price_table(jail.directory());
+            assert!(err.unwrap_err().to_string().contains("nowhere.toml"));
+            jail.create_file("ours.toml", "[openai.\"house-model\"]\ninput = -1\noutput = 6.0\n")?;
+            jail.create_file(CONFIG_FILE, "prices = \"ours.toml\"\n")?;
+            let err = layered(jail, &EngineSettings::default()).price_table(jail.directory());
+            let err = err.unwrap_err();
+            assert!(err.is_usage() && err.to_string().contains("ours.toml"), "{err}");
+            Ok(())
+        });
+    }
 }

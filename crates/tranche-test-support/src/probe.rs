@@ -56,6 +56,38 @@ pub fn billed(root: &str) -> BTreeMap<String, usize> {
     billed
 }
 
+/// The tokens the simulator billed one provider (`"openai"`, `"azure"`, `"anthropic"`), summed
+/// over its ledger, as `tranche cost` names them, and the models its entries name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LedgerTokens {
+    /// Every billed input token, cache reads and writes included.
+    pub input: u64,
+    pub cached_input: u64,
+    pub cache_write_input: u64,
+    pub output: u64,
+    pub models: std::collections::BTreeSet<String>,
+}
+
+/// [`LedgerTokens`] of the simulator at `root` for `provider`.
+pub fn ledger_tokens(root: &str, provider: &str) -> LedgerTokens {
+    let mut sums = LedgerTokens::default();
+    for line in get(&format!("{root}/sim/ledger")).lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        if e["provider"] != provider {
+            continue;
+        }
+        let n = |k: &str| e[k].as_u64().unwrap_or(0);
+        sums.input += n("input_tokens");
+        sums.cached_input += n("cached_tokens");
+        sums.cache_write_input += n("cache_write_5m_tokens") + n("cache_write_1h_tokens");
+        sums.output += n("output_tokens");
+        if let Some(model) = e["model"].as_str() {
+            sums.models.insert(model.to_owned());
+        }
+    }
+    sums
+}
+
 /// How many files each file name was uploaded as (deleted files included).
 pub fn uploads_by_name(root: &str) -> BTreeMap<String, usize> {
     let uploads: Vec<Value> = serde_json::from_str(&get(&format!("{root}/sim/uploads"))).unwrap();

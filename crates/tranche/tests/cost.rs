@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 use support::{Env, Sim, text};
-use tranche_test_support::probe::get;
+use tranche_test_support::probe::ledger_tokens;
 
 /// A system prompt far above every cache minimum (about 2,000 tokens).
 fn long_prompt() -> String {
@@ -40,24 +40,11 @@ fn shared_prompt_lines(provider: &str, n: usize) -> String {
         .collect()
 }
 
-/// The simulator's ledger entries for one provider, summed: (input, cached, cache writes,
-/// output), and the models it names.
+/// The simulator's ledger for one provider, summed: (input, cached, cache writes, output), and
+/// the models it names.
 fn ledger(root: &str, provider: &str) -> ([u64; 4], BTreeSet<String>) {
-    let mut sums = [0u64; 4];
-    let mut models = BTreeSet::new();
-    for line in get(&format!("{root}/sim/ledger")).lines() {
-        let e: Value = serde_json::from_str(line).unwrap();
-        if e["provider"] != provider {
-            continue;
-        }
-        let n = |k: &str| e[k].as_u64().unwrap_or(0);
-        sums[0] += n("input_tokens");
-        sums[1] += n("cached_tokens");
-        sums[2] += n("cache_write_5m_tokens") + n("cache_write_1h_tokens");
-        sums[3] += n("output_tokens");
-        models.insert(e["model"].as_str().unwrap().to_owned());
-    }
-    (sums, models)
+    let t = ledger_tokens(root, provider);
+    ([t.input, t.cached_input, t.cache_write_input, t.output], t.models)
 }
 
 fn json_out(env: &Env, args: &[&str]) -> Value {
@@ -153,6 +140,11 @@ fn an_openai_job_costs_what_the_ledger_bills_and_reused_answers_are_saved() {
     assert_eq!(estimate["max_output_tokens"], 40 * 40);
     assert!(estimate["cost_max"].as_f64().unwrap() >= cost, "{estimate}");
     assert!(estimate["sync_cost_max"].as_f64().unwrap() >= sync, "{estimate}");
+
+    // A re-parse reads the raw results again and counts nothing again.
+    let out = env.tranche().args(["reparse", &job]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(json_out(&env, &["cost", &job, "--json"]), report, "a re-parse counts nothing");
 
     // The same file again: every answer comes from the first job, nothing is billed, and the
     // first job's synchronous price is what dedup saved.

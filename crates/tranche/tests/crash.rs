@@ -42,6 +42,13 @@ fn assert_exactly_once(env: &Env, sim: &SimProcess, job: &str, n: usize) {
     let billed = probe::billed(sim.root());
     assert_eq!(billed.len(), n, "every request was run");
     assert!(billed.values().all(|&times| times == 1), "a request was billed twice: {billed:?}");
+    // The usage ledger counted every attempt once, whatever moment a worker died at.
+    let out = env.tranche().args(["cost", job, "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let cost: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ledger = probe::ledger_tokens(sim.root(), "openai");
+    let counted = [&cost["tokens"]["input"], &cost["tokens"]["output"]];
+    assert_eq!(counted, [ledger.input, ledger.output], "tokens counted twice or lost: {cost}");
     let batches = probe::batches_by_tranche(&sim.openai, "sk-test-key");
     assert!(
         batches.values().all(|&count| count == 1),
