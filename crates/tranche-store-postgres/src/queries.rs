@@ -35,10 +35,15 @@ impl QueryStore for PgStore {
     }
 
     async fn job_tokens(&self, id: JobId) -> StoreResult<TokenTotals> {
-        let row = sqlx::query("SELECT input_tokens, output_tokens FROM jobs WHERE id = $1")
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
+        // What the providers billed, every attempt counted once (the usage ledger), so that
+        // `status` and `cost` agree.
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(input_tokens), 0)::bigint, COALESCE(SUM(output_tokens), 0)::bigint
+             FROM usage_totals WHERE job_id = $1 AND kind = 'billed'",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
         let Some(row) = row else { return Ok(TokenTotals::default()) };
         Ok(TokenTotals {
             input_tokens: to_u64(row.try_get(0)?),

@@ -147,7 +147,7 @@ impl RequestCounts {
     }
 }
 
-/// Token totals of a job's finished requests.
+/// Token totals a job was billed for, every attempt counted once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TokenTotals {
     pub input_tokens: u64,

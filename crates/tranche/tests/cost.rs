@@ -173,6 +173,19 @@ fn an_anthropic_job_prices_cache_writes_and_reads() {
     let sim = Sim::start(&[]);
     let env = Env::new();
     env.write("input.jsonl", &shared_prompt_lines("anthropic", 30));
+    let estimate = json_out(
+        &env,
+        &[
+            "cost",
+            "estimate",
+            "input.jsonl",
+            "--task",
+            "greet",
+            "--provider",
+            "anthropic",
+            "--json",
+        ],
+    );
     let job = run(&env, &sim, "anthropic");
     let report = json_out(&env, &["cost", &job, "--json"]);
     assert_keys(&report);
@@ -192,6 +205,11 @@ fn an_anthropic_job_prices_cache_writes_and_reads() {
     close(&report["cost"], cost);
     close(&report["sync_cost"], sync);
     close(&report["savings"]["cache"], per_m(input, 3.0) - billed_input);
+    // The estimate counts as the simulator does (cl100k_base standing in for Claude's
+    // tokenizer), to within 2%, and its worst case covers the bill.
+    let estimated = estimate["input_tokens"].as_u64().unwrap() as f64;
+    assert!((estimated - input as f64).abs() <= 0.02 * input as f64, "{estimate} vs {input}");
+    assert!(estimate["cost_max"].as_f64().unwrap() >= cost, "{estimate}");
 }
 
 #[test]
