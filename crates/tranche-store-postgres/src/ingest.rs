@@ -177,8 +177,7 @@ impl PgIngestWriter {
         let request_id: i64 = row.try_get(0)?;
         let attempt: i64 = row.try_get(1)?;
         let billed = update.billed;
-        let tokens = |f: fn(&TokenUsage) -> u64| billed.map(|b| to_i64(f(&b.tokens)));
-        let inserted = sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, error,
                                    created_at, model, input_tokens, cached_input_tokens,
                                    cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
@@ -193,20 +192,14 @@ impl PgIngestWriter {
         .bind(update.status_code.map(i64::from))
         .bind(update.error)
         .bind(update.at)
-        .bind(billed.map(|b| b.model.as_str()))
-        .bind(tokens(|t| t.input))
-        .bind(tokens(|t| t.cached_input))
-        .bind(tokens(|t| t.cache_write_5m))
-        .bind(tokens(|t| t.cache_write_1h))
-        .bind(tokens(|t| t.output))
-        .bind(tokens(|t| t.reasoning))
-        .execute(&mut *self.tx)
-        .await?
-        .rows_affected();
+        .bind(billed.map(|b| b.model.as_str()));
+        let inserted = bind_tokens(insert, billed.map(|b| &b.tokens))
+            .execute(&mut *self.tx)
+            .await?
+            .rows_affected();
         let Some(billed) = billed.filter(|_| inserted == 1) else { return Ok(()) };
         let job_id: String = row.try_get(2)?;
-        let t = &billed.tokens;
-        sqlx::query(concat!(
+        let upsert = sqlx::query(concat!(
             "INSERT INTO usage_totals
                 (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
                  cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
@@ -217,15 +210,8 @@ impl PgIngestWriter {
         .bind(job_id)
         .bind(&self.provider)
         .bind(&billed.model)
-        .bind(day_of(update.at))
-        .bind(to_i64(t.input))
-        .bind(to_i64(t.cached_input))
-        .bind(to_i64(t.cache_write_5m))
-        .bind(to_i64(t.cache_write_1h))
-        .bind(to_i64(t.output))
-        .bind(to_i64(t.reasoning))
-        .execute(&mut *self.tx)
-        .await?;
+        .bind(day_of(update.at));
+        bind_tokens(upsert, Some(&billed.tokens)).execute(&mut *self.tx).await?;
         Ok(())
     }
 }

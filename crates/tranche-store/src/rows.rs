@@ -248,3 +248,23 @@ pub fn usage_from_row(row: &impl StoredRow) -> StoreResult<UsageRow> {
         },
     })
 }
+
+/// Binds a usage's six token counts (or six NULLs) in the ledger's column order: input, cached
+/// input, 5-minute and 1-hour cache writes, output, reasoning.
+pub fn bind_tokens<'q, DB>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
+    tokens: Option<&TokenUsage>,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    DB: sqlx::Database,
+    for<'t> Option<i64>: sqlx::Encode<'t, DB> + Type<DB>,
+{
+    let n = |f: fn(&TokenUsage) -> u64| tokens.map(|t| to_i64(f(t)));
+    query
+        .bind(n(|t| t.input))
+        .bind(n(|t| t.cached_input))
+        .bind(n(|t| t.cache_write_5m))
+        .bind(n(|t| t.cache_write_1h))
+        .bind(n(|t| t.output))
+        .bind(n(|t| t.reasoning))
+}
