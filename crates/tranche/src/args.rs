@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use tranche_app::{EngineSettings, ExportFormat, ExportOptions, ProviderOptions};
-use tranche_core::{Endpoint, JobSettings, OnInvalid, ProviderKind, RequestState};
+use tranche_core::{
+    CacheSharedPrompt, Endpoint, JobSettings, OnInvalid, ProviderKind, RequestState,
+};
 
 /// tranche: a durable pipeline for LLM batch APIs.
 #[derive(Debug, Parser)]
@@ -137,6 +139,16 @@ pub struct InputArgs {
     /// The seed of the review sample [default: derived from the job id].
     #[arg(long, requires = "review_sample")]
     pub review_seed: Option<u64>,
+    /// Anthropic: mark a system prompt that requests of one batch share, when long enough
+    /// for the model to cache, with `cache_control`, so the provider caches it and bills its
+    /// reads at a tenth of the input price (`auto`); or send bodies as given (`off`). Bodies
+    /// that carry their own `cache_control` are always sent as given.
+    #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = parse_cache_shared_prompt)]
+    pub cache_shared_prompt: CacheSharedPrompt,
+}
+
+fn parse_cache_shared_prompt(s: &str) -> Result<CacheSharedPrompt, String> {
+    s.parse()
 }
 
 fn parse_on_invalid(s: &str) -> Result<OnInvalid, String> {
@@ -578,6 +590,7 @@ impl InputArgs {
             on_invalid: self.on_invalid,
             review_sample: self.review_sample,
             review_seed: self.review_seed,
+            cache_shared_prompt: self.cache_shared_prompt,
         })
     }
 }
