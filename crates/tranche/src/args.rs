@@ -656,3 +656,34 @@ pub struct MigrateArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input_of(args: &[&str]) -> Result<InputArgs, clap::Error> {
+        let cli = Cli::try_parse_from(args)?;
+        match cli.command {
+            Command::Run(run) => Ok(run.input),
+            Command::Submit(submit) => Ok(submit.input),
+            other => panic!("not run or submit: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn submit_and_run_take_cache_shared_prompt() {
+        for command in ["run", "submit"] {
+            let default = input_of(&["tranche", command, "in.jsonl"]).unwrap();
+            let settings = default.job_settings().unwrap();
+            assert_eq!(settings.cache_shared_prompt, CacheSharedPrompt::Auto, "{command}");
+            let off = input_of(&["tranche", command, "in.jsonl", "--cache-shared-prompt", "off"])
+                .unwrap();
+            let settings = off.job_settings().unwrap();
+            assert_eq!(settings.cache_shared_prompt, CacheSharedPrompt::Off, "{command}");
+            let refused = input_of(&["tranche", command, "f", "--cache-shared-prompt", "on"])
+                .unwrap_err()
+                .to_string();
+            assert!(refused.contains("is not auto or off"), "{refused}");
+        }
+    }
+}
