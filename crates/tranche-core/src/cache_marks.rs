@@ -223,6 +223,32 @@ pub fn mark_system(body: &mut Value) -> bool {
     }
 }
 
+/// How many bytes [`marked_body`] adds to `body` (canonical JSON, as stored), 0 when it would
+/// refuse it: what a tranche's byte limit must leave room for, measured before anyone knows
+/// whether the prompt will be shared.
+pub fn mark_growth(body: &str) -> u64 {
+    /// `"cache_control":{"type":"ephemeral"}`, the key and value a block gains.
+    const MARK: u64 = 36;
+    let Ok(head) = serde_json::from_str::<Head<'_>>(body) else { return 0 };
+    let Some(system) = head.system.map(RawValue::get) else { return 0 };
+    if body.contains("\"cache_control\"")
+        && !serde_json::from_str::<Value>(body).is_ok_and(|v| breakpoints(&v) == 0)
+    {
+        return 0;
+    }
+    match serde_json::from_str::<Value>(system) {
+        // `"text"` becomes `[{"cache_control":…,"text":"text","type":"text"}]`.
+        // `[{` and `}]`, `,"text":`, `,"type":"text"`.
+        Ok(Value::String(text)) if !text.is_empty() => MARK + 4 + 8 + 14,
+        // The last block gains the mark, and a comma when it has other keys.
+        Ok(Value::Array(blocks)) => match blocks.last() {
+            Some(Value::Object(block)) => MARK + u64::from(!block.is_empty()),
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
 /// `body` (JSON text) with a breakpoint at the end of its system prompt, as canonical JSON (the
 /// form bodies are stored in), or `None` when [`mark_system`] refuses it.
 pub fn marked_body(body: &str) -> Option<String> {
@@ -257,6 +283,26 @@ mod tests {
         assert_eq!(v["messages"], body(json!("x"))["messages"], "the rest is as it was");
         assert_eq!(breakpoints(&v), 1);
         assert_eq!(marked, canonical_json(&v), "written canonical");
+    }
+
+    #[test]
+    fn the_growth_is_what_the_mark_adds() {
+        let own = json!([{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]);
+        let systems = [
+            json!("Rules."),
+            json!("with \"quotes\" and \n"),
+            json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]),
+            json!([{}]),
+            json!(""),
+            json!([]),
+            own,
+        ];
+        for system in systems {
+            let stored = canonical_json(&body(system.clone()));
+            let added = marked_body(&stored).map_or(0, |m| m.len() - stored.len());
+            assert_eq!(mark_growth(&stored), added as u64, "{system}");
+        }
+        assert_eq!(mark_growth("not json"), 0);
     }
 
     #[test]

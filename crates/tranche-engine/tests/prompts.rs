@@ -15,7 +15,7 @@ use tranche_core::{
     CacheSharedPrompt, Endpoint, JobId, JobSettings, JobState, ProviderKind, TrancheId,
     TrancheState,
 };
-use tranche_engine::Engine;
+use tranche_engine::{Engine, EngineConfig};
 use tranche_providers::{AnthropicConfig, AnthropicProvider, Provider, http_client};
 use tranche_sim::{HttpFault, SimConfig};
 use tranche_test_support::harness::Harness;
@@ -59,10 +59,14 @@ fn mixed_lines() -> Vec<Value> {
 }
 
 async fn anthropic_engine(setup: &Harness) -> Engine {
+    anthropic_engine_with(setup, |_| {}).await
+}
+
+async fn anthropic_engine_with(setup: &Harness, tune: impl FnOnce(&mut EngineConfig)) -> Engine {
     let mut config = AnthropicConfig::new(SecretString::from("sk-ant-test"));
     config.base_url = setup.sim.anthropic_base_url();
     let adapter = Arc::new(AnthropicProvider::new(config, http_client().unwrap()).unwrap());
-    setup.engine_over(adapter as Arc<dyn Provider>, |_| {}).await
+    setup.engine_over(adapter as Arc<dyn Provider>, tune).await
 }
 
 async fn submit(engine: &Engine, lines: &[Value], cache: CacheSharedPrompt) -> JobId {
@@ -253,4 +257,36 @@ async fn the_file_written_again_by_another_engine_is_the_same_bytes() {
     assert_eq!(again, first, "identical bytes");
     assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
     assert_eq!(setup.sim.stats().batches_created, 1);
+}
+
+#[tokio::test]
+async fn a_tranche_cut_at_the_byte_limit_still_fits_once_marked() {
+    let lines: Vec<Value> =
+        (0..6).map(|i| line(&format!("a{i}"), json!(long_prompt("tickets")))).collect();
+    // Unmarked, the six make a file of `limit` bytes.
+    let setup = Harness::new().await;
+    let engine = anthropic_engine(&setup).await;
+    let job = submit(&engine, &lines, CacheSharedPrompt::Off).await;
+    let limit = sent(&setup, &engine, job).await.1.len() as u64;
+
+    // Measured with the marks they may carry, they do not fit in one batch of that size.
+    let setup = Harness::new().await;
+    let engine = anthropic_engine_with(&setup, |c| c.max_batch_bytes = Some(limit)).await;
+    let job = submit(&engine, &lines, CacheSharedPrompt::Auto).await;
+    for _ in 0..5 {
+        engine.tick().await.unwrap();
+    }
+    let tranches = engine.store().job_unfinished_tranches(job).await.unwrap();
+    assert!(tranches.len() >= 2, "{tranches:?}");
+    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+    let mut marked = 0;
+    for t in &tranches {
+        assert_eq!(t.state, TrancheState::Submitted);
+        let file = blobs.get(&input_key(t.id)).await.unwrap();
+        assert!(file.len() as u64 <= limit, "{} bytes over {limit}", file.len());
+        marked += String::from_utf8_lossy(&file).matches("\"cache_control\"").count();
+    }
+    assert!(marked >= 2, "the shared prompt still goes out marked");
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    assert_eq!(setup.ledger_by_custom_id().len(), 6);
 }
