@@ -103,15 +103,22 @@ pub fn input_tokens(provider: ProviderKind, endpoint: Endpoint, body: &Value) ->
         Endpoint::Completions => plain_inputs(enc, body.get("prompt")),
         Endpoint::Embeddings | Endpoint::Moderations => plain_inputs(enc, body.get("input")),
         Endpoint::AnthropicMessages => {
-            let system = match body.get("system") {
-                Some(system) if !system.is_null() => {
-                    message(enc, "system", &content_text(system), None)
-                }
-                _ => 0,
-            };
-            OVERHEAD + system + messages(enc, body.get("messages")) + tools(enc, body.get("tools"))
+            OVERHEAD
+                + anthropic_prefix_tokens(body.get("system"), body.get("tools"))
+                + messages(enc, body.get("messages"))
         }
     }
+}
+
+/// The tokens of an Anthropic body's `tools` and `system`, counted as [`input_tokens`] counts
+/// them: the prefix a cache breakpoint at the end of the system prompt covers.
+pub fn anthropic_prefix_tokens(system: Option<&Value>, tools_value: Option<&Value>) -> u64 {
+    let enc = Encoding::for_model(ProviderKind::Anthropic, "");
+    let system = match system {
+        Some(system) if !system.is_null() => message(enc, "system", &content_text(system), None),
+        _ => 0,
+    };
+    system + tools(enc, tools_value)
 }
 
 /// The output a body allows: `max_completion_tokens`, `max_tokens` or `max_output_tokens`.

@@ -80,7 +80,7 @@ fn write_json_string<W: Write>(out: &mut W, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
-fn write_canonical<W: Write>(out: &mut W, value: &Value) {
+pub(crate) fn write_canonical<W: Write>(out: &mut W, value: &Value) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();

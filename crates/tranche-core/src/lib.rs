@@ -1,7 +1,8 @@
 //! tranche's domain: identities, fingerprints, input parsing, tranche planning, provider line
-//! codecs, prices and offline token counts for cost estimates, and the clock the engine reads;
-//! does no IO.
+//! codecs, shared-prompt cache marks, prices and offline token counts for cost estimates, and
+//! the clock the engine reads; does no IO.
 
+pub mod cache_marks;
 pub mod clock;
 pub mod codec;
 pub mod count;
@@ -27,6 +28,6 @@ pub use ids::{AccountId, CustomId, CustomIdError, EngineId, JobId, LeaseToken, T
 pub use money::Usd;
 pub use price::{Costs, ModelPrice, PriceError, PriceRules, PriceTable};
 pub use provider::{Endpoint, ProviderKind};
-pub use settings::{JobSettings, OnInvalid};
+pub use settings::{CacheSharedPrompt, JobSettings, OnInvalid};
 pub use state::{AttemptOutcome, JobState, RequestState, TrancheState};
 pub use usage::TokenUsage;

@@ -54,6 +54,43 @@ pub struct JobSettings {
     /// what the job was billed and has in flight, stays within it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Usd>,
+    /// Whether tranche marks a system prompt its Anthropic requests share for the provider's
+    /// prompt cache (jobs stored before this setting read back as `auto`).
+    #[serde(default)]
+    pub cache_shared_prompt: CacheSharedPrompt,
+}
+
+/// Whether a job's Anthropic requests that share a long system prompt within a tranche carry
+/// a `cache_control` breakpoint on it (see [`cache_marks`](crate::cache_marks)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheSharedPrompt {
+    /// Marked when shared by two requests or more of a tranche and long enough to cache.
+    #[default]
+    Auto,
+    /// Sent as given.
+    Off,
+}
+
+impl CacheSharedPrompt {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for CacheSharedPrompt {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "off" => Ok(Self::Off),
+            other => Err(format!("`{other}` is not auto or off")),
+        }
+    }
 }
 
 /// What an answer that fails its job's check does.
@@ -108,6 +145,7 @@ impl Default for JobSettings {
             review_sample: None,
             review_seed: None,
             budget: None,
+            cache_shared_prompt: CacheSharedPrompt::Auto,
         }
     }
 }
@@ -146,6 +184,7 @@ mod tests {
             review_sample: Some(20),
             review_seed: Some(7),
             budget: Some(Usd::from_nanos(12_500_000_000)),
+            cache_shared_prompt: CacheSharedPrompt::Off,
         };
         let json = serde_json::to_string(&settings).unwrap();
         assert_eq!(serde_json::from_str::<JobSettings>(&json).unwrap(), settings);
@@ -161,7 +200,13 @@ mod tests {
         );
         assert_eq!(old.budget, None);
         assert!(json.contains(r#""budget":12.5"#), "{json}");
+        assert_eq!(old.cache_shared_prompt, CacheSharedPrompt::Auto, "older jobs cache");
         assert_eq!(serde_json::from_str::<JobSettings>("{}").unwrap(), JobSettings::default());
+        assert!(json.contains(r#""cache_shared_prompt":"off""#), "{json}");
+        for value in [CacheSharedPrompt::Auto, CacheSharedPrompt::Off] {
+            assert_eq!(value.as_str().parse::<CacheSharedPrompt>().unwrap(), value);
+        }
+        assert!("on".parse::<CacheSharedPrompt>().unwrap_err().contains("auto or off"));
         let options = settings.input_options(ProviderKind::Azure);
         assert_eq!(
             (options.provider, options.tenant.as_deref()),

@@ -4,6 +4,7 @@
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tranche_blob::BlobWriter;
+use tranche_core::cache_marks;
 use tranche_core::codec::{input_line_len, wire_id};
 use tranche_core::estimate::worst_case;
 use tranche_core::hash::canonical_json;
@@ -12,7 +13,7 @@ use tranche_core::input::{
 };
 use tranche_core::plan::TrancheLimits;
 use tranche_core::validate::AnswerSchema;
-use tranche_core::{JobId, JobSettings, ProviderKind, Usd};
+use tranche_core::{CacheSharedPrompt, JobId, JobSettings, ProviderKind, Usd};
 use tranche_store::{JobWriter, NewAnswerCheck, NewJob, NewRequest, RequestBody, StoreError};
 
 use crate::engine::Engine;
@@ -79,6 +80,9 @@ impl Engine {
         let accepted_at = self.now();
         let max_attempts =
             settings.max_attempts.filter(|&n| n > 0).unwrap_or(self.config().max_attempts);
+        // A system prompt that may go out marked for caching is measured with its mark.
+        let room_for_marks = provider_kind == ProviderKind::Anthropic
+            && settings.cache_shared_prompt == CacheSharedPrompt::Auto;
         let job_id = JobId::new();
         // The job's canonical bodies, one a line, rest in one blob-store object; each request
         // row points at its range. The object is whole before the job that references it is
@@ -104,6 +108,7 @@ impl Engine {
                 options,
                 limits,
                 (max_attempts, budgeted),
+                room_for_marks,
                 accepted_at,
                 &mut *writer,
                 &mut bodies,
@@ -130,6 +135,7 @@ impl Engine {
         options: tranche_core::input::InputOptions,
         limits: TrancheLimits,
         (max_attempts, budgeted): (u32, bool),
+        room_for_marks: bool,
         accepted_at: i64,
         writer: &mut dyn JobWriter,
         bodies: &mut BlobWriter,
@@ -182,9 +188,12 @@ impl Engine {
                     total: 1,
                 })
             })?;
-            // Measured, not sent: encoding is pure, so submitting needs no credentials.
+            // Measured, not sent: encoding is pure, so submitting needs no credentials. With
+            // the cache mark it may carry, so that a tranche cut at the byte limit still fits
+            // once marked.
             let wire_bytes =
-                input_line_len(provider_kind, &wire, request.endpoint, body, &mut line_buf);
+                input_line_len(provider_kind, &wire, request.endpoint, body, &mut line_buf)
+                    + if room_for_marks { cache_marks::mark_growth(&request.body) } else { 0 };
             if let Err(e) = fits(limits, wire_bytes, request.line) {
                 errors.push(e);
                 continue;

@@ -48,7 +48,8 @@ impl TrancheStore for PgStore {
         // In request order: a job's bodies follow one another in its body object, so the
         // engine reads them in few, long ranges.
         sqlx::query(
-            "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset, r.body_length
+            "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset, r.body_length,
+                    r.job_id
              FROM requests AS r
              JOIN jobs AS j ON j.id = r.job_id
              LEFT JOIN request_bodies AS b ON b.request_id = r.id
@@ -59,11 +60,13 @@ impl TrancheStore for PgStore {
         .map_err(StoreError::from)
         .and_then(|row| async move {
             let endpoint: String = row.try_get(1)?;
+            let job: String = row.try_get(6)?;
             let range = (row.try_get(4)?, row.try_get(5)?);
             let body = input_body(row.try_get(2)?, row.try_get(3)?, range)
                 .ok_or_else(|| StoreError::Corrupt("a request has no body".to_owned()))?;
             Ok(InputLine {
                 wire_id: row.try_get(0)?,
+                job_id: parse("job id", &job)?,
                 endpoint: parse("endpoint", &endpoint)?,
                 body,
             })

@@ -222,6 +222,9 @@ pub async fn many_requests_are_written_in_order_across_statements(store: &dyn St
     let order = [&lines[0].wire_id, &lines[999].wire_id, &lines[1_000].wire_id];
     assert_eq!(order, ["k0:t:v1", "k999:t:v1", "k0:t:v1"], "in request order");
     assert_eq!(lines.iter().filter(|l| l.wire_id == "k0:t:v1").count(), 2, "one of each job");
+    let jobs: Vec<JobId> = lines.iter().map(|l| l.job_id).collect();
+    assert!(jobs[..1_000].iter().all(|j| *j == first), "each line names its job");
+    assert!(jobs[1_000..].iter().all(|j| *j == second));
     assert!(lines.iter().any(|l| l.wire_id == "k999:t:v1"));
     let body = InputBody::Text(r#"{"model":"m"}"#.to_owned());
     assert!(lines.iter().all(|l| l.body == body));

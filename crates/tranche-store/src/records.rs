@@ -261,6 +261,8 @@ pub struct Held {
 #[derive(Debug, Clone)]
 pub struct InputLine {
     pub wire_id: String,
+    /// The job the request is of (whose settings say how it is sent).
+    pub job_id: JobId,
     pub endpoint: Endpoint,
     pub body: InputBody,
 }

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use tranche_app::{EngineSettings, ExportFormat, ExportOptions, ProviderOptions};
-use tranche_core::{Endpoint, JobSettings, OnInvalid, ProviderKind, RequestState, Usd};
+use tranche_core::{
+    CacheSharedPrompt, Endpoint, JobSettings, OnInvalid, ProviderKind, RequestState, Usd,
+};
 
 /// tranche: a durable pipeline for LLM batch APIs.
 #[derive(Debug, Parser)]
@@ -142,6 +144,16 @@ pub struct InputArgs {
     /// flight; the rest end cancelled with `budget_exceeded`. Every model needs a price.
     #[arg(long, value_name = "USD")]
     pub budget: Option<Usd>,
+    /// Anthropic: mark a system prompt that requests of one batch share, when long enough
+    /// for the model to cache, with `cache_control`, so the provider caches it and bills its
+    /// reads at a tenth of the input price (`auto`); or send bodies as given (`off`). Bodies
+    /// that carry their own `cache_control` are always sent as given.
+    #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = parse_cache_shared_prompt)]
+    pub cache_shared_prompt: CacheSharedPrompt,
+}
+
+fn parse_cache_shared_prompt(s: &str) -> Result<CacheSharedPrompt, String> {
+    s.parse()
 }
 
 fn parse_on_invalid(s: &str) -> Result<OnInvalid, String> {
@@ -584,6 +596,7 @@ impl InputArgs {
             review_sample: self.review_sample,
             review_seed: self.review_seed,
             budget: self.budget,
+            cache_shared_prompt: self.cache_shared_prompt,
         })
     }
 }
@@ -648,4 +661,35 @@ pub struct MigrateArgs {
     /// Print `{"tables": {"jobs": N, ...}}`.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input_of(args: &[&str]) -> Result<InputArgs, clap::Error> {
+        let cli = Cli::try_parse_from(args)?;
+        match cli.command {
+            Command::Run(run) => Ok(run.input),
+            Command::Submit(submit) => Ok(submit.input),
+            other => panic!("not run or submit: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn submit_and_run_take_cache_shared_prompt() {
+        for command in ["run", "submit"] {
+            let default = input_of(&["tranche", command, "in.jsonl"]).unwrap();
+            let settings = default.job_settings().unwrap();
+            assert_eq!(settings.cache_shared_prompt, CacheSharedPrompt::Auto, "{command}");
+            let off = input_of(&["tranche", command, "in.jsonl", "--cache-shared-prompt", "off"])
+                .unwrap();
+            let settings = off.job_settings().unwrap();
+            assert_eq!(settings.cache_shared_prompt, CacheSharedPrompt::Off, "{command}");
+            let refused = input_of(&["tranche", command, "f", "--cache-shared-prompt", "on"])
+                .unwrap_err()
+                .to_string();
+            assert!(refused.contains("is not auto or off"), "{refused}");
+        }
+    }
 }

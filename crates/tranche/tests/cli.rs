@@ -406,6 +406,55 @@ fn run_completes_on_anthropic_with_derived_wire_ids() {
     run_on("anthropic", &[]);
 }
 
+/// Runs six Anthropic requests sharing a long system prompt with `extra` flags; the run's
+/// engine log on the input file.
+fn run_shared_prompt(extra: &[&str]) -> String {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let system = "You label support tickets by intent, urgency and product area. ".repeat(150);
+    let lines: String = (0..6)
+        .map(|i| {
+            let line = serde_json::json!({"key": format!("doc:{i}"), "body": {
+                "model": "claude-sonnet-4-5", "max_tokens": 32, "system": system,
+                "messages": [{"role": "user", "content": format!("doc:{i} says hello")}]}});
+            format!("{line}\n")
+        })
+        .collect();
+    let input = env.write("input.jsonl", &lines);
+    let out = env
+        .tranche()
+        .env("RUST_LOG", "tranche_engine::steps::input=debug")
+        .env("NO_COLOR", "1")
+        .args(["run", input.to_str().unwrap(), "--task", "t", "--provider", "anthropic"])
+        .args(["--base-url", &sim.anthropic, "--poll-interval", "0.1", "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["counts"]["succeeded"], 6, "{status}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_shared_system_prompt_is_marked_for_caching_unless_turned_off() {
+    let log = run_shared_prompt(&[]);
+    assert!(
+        log.contains("marked shared system prompts for caching") && log.contains("requests=6"),
+        "{log}"
+    );
+    let log = run_shared_prompt(&["--cache-shared-prompt", "off"]);
+    assert!(!log.contains("marked shared system prompts"), "{log}");
+    let env = Env::new();
+    let out = env
+        .tranche()
+        .args(["submit", "in.jsonl", "--provider", "anthropic", "--cache-shared-prompt", "on"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not auto or off"), "{}", text(&out));
+}
+
 #[test]
 fn anthropic_refuses_openai_chat_bodies() {
     let env = Env::new();

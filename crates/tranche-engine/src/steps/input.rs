@@ -1,11 +1,16 @@
 //! A tranche's input file: assembled into the blob store from the byte ranges of its requests'
-//! bodies (copied, never parsed), streamed to the provider from there, removed once the batch
-//! has ended.
+//! bodies, streamed to the provider from there, removed once the batch has ended. Bodies are
+//! copied, never parsed, but in an Anthropic tranche whose requests share a system prompt long
+//! enough to cache: those go out with a cache mark on it (`tranche_core::cache_marks`).
+
+use std::collections::{HashMap, HashSet};
 
 use futures::{StreamExt, TryStreamExt};
+use tracing::debug;
 use tranche_blob::{BlobKey, BlobRef, BlobWriter};
+use tranche_core::cache_marks::{self, PromptId, SharedPrompt};
 use tranche_core::codec;
-use tranche_core::{Endpoint, ProviderKind, TrancheId};
+use tranche_core::{CacheSharedPrompt, Endpoint, JobId, ProviderKind, TrancheId};
 use tranche_providers::{Provider, UploadBody};
 use tranche_store::InputBody;
 
@@ -40,41 +45,83 @@ impl Engine {
         Ok(InputObject { blob, lines: out.lines, line_bytes: out.line_bytes })
     }
 
+    /// Writes the tranche's lines into `out`. An Anthropic tranche whose jobs ask for it is
+    /// read twice: once to find the system prompts its requests share, once to write them
+    /// marked (see [`Engine::shared_prompts`]); every other line is copied byte for byte.
     async fn assemble(
         &self,
         kind: ProviderKind,
         tranche: TrancheId,
         out: &mut InputWriter,
     ) -> Result<(), EngineError> {
+        let marks = match kind {
+            ProviderKind::Anthropic => self.shared_prompts(tranche).await?,
+            ProviderKind::Openai | ProviderKind::Azure => None,
+        };
+        let mut pass = Pass::Write { kind, out, marks: marks.as_ref(), buf: Vec::new(), marked: 0 };
+        self.walk(tranche, &mut pass).await?;
+        if let Pass::Write { marked: marked @ 1.., .. } = pass {
+            debug!(%tranche, requests = marked, "marked shared system prompts for caching");
+        }
+        Ok(())
+    }
+
+    /// The system prompts of an Anthropic tranche that go out with a cache mark: those of
+    /// requests of jobs with `cache_shared_prompt = auto` that at least two such requests share
+    /// and that reach the model's minimum cacheable length. `None`, and no body read, when no
+    /// job of the tranche asks; `None` after reading them when there is nothing to mark. What
+    /// it keeps is one entry per distinct prompt, whatever the number of requests; each
+    /// shared prompt's tokens are counted once.
+    async fn shared_prompts(&self, tranche: TrancheId) -> Result<Option<Marks>, EngineError> {
+        let mut auto = HashSet::new();
+        for job in self.store.jobs_of_tranche(tranche).await? {
+            let Some(record) = self.store.job(job).await? else { continue };
+            if record.settings.cache_shared_prompt == CacheSharedPrompt::Auto {
+                auto.insert(job);
+            }
+        }
+        if auto.is_empty() {
+            return Ok(None);
+        }
+        let mut counts = PromptCounts { auto, seen: HashMap::new() };
+        self.walk(tranche, &mut Pass::Count(&mut counts)).await?;
+        let marked: HashSet<PromptId> =
+            counts.seen.into_iter().filter_map(|(id, seen)| seen.marked.then_some(id)).collect();
+        Ok((!marked.is_empty()).then_some(Marks { auto: counts.auto, marked }))
+    }
+
+    /// Runs `pass` over the tranche's input lines in order, each with its body. Bodies
+    /// resting in the blob store come in request order, one after another in their job's
+    /// object: they are read in runs of one range each.
+    async fn walk(&self, tranche: TrancheId, pass: &mut Pass<'_>) -> Result<(), EngineError> {
         let mut lines = self.store.tranche_input(tranche);
-        let mut buf = Vec::new();
-        // Bodies resting in the blob store come in request order, one after another in their
-        // job's object: they are read in runs of one range each and copied, never parsed.
         let mut run = BodyRun::default();
         while let Some(line) = lines.try_next().await? {
+            if !pass.wants(line.job_id) {
+                continue;
+            }
             match line.body {
                 InputBody::Text(text) => {
-                    self.flush_run(&mut run, kind, out).await?;
-                    buf.clear();
-                    codec::write_input_line_json(
-                        kind,
-                        &mut buf,
-                        &line.wire_id,
-                        line.endpoint,
-                        &text,
-                    );
-                    out.write(&buf, 1).await?;
+                    self.flush_run(&mut run, pass).await?;
+                    pass.line(&line.wire_id, line.endpoint, line.job_id, &text);
+                    pass.flush(1).await?;
                 }
                 InputBody::InObject { object, offset, len } => {
                     if !run.extends(&object, offset, len) {
-                        self.flush_run(&mut run, kind, out).await?;
+                        self.flush_run(&mut run, pass).await?;
                         run.start(object, offset);
                     }
-                    run.push(line.wire_id, line.endpoint, offset, len);
+                    run.push(RunLine {
+                        wire_id: line.wire_id,
+                        endpoint: line.endpoint,
+                        job: line.job_id,
+                        offset,
+                        len,
+                    });
                 }
             }
         }
-        self.flush_run(&mut run, kind, out).await
+        self.flush_run(&mut run, pass).await
     }
 
     /// The tranche's input file, streamed from the blob store.
@@ -126,7 +173,17 @@ struct BodyRun {
     object: String,
     start: u64,
     end: u64,
-    lines: Vec<(String, Endpoint, u64, u64)>,
+    lines: Vec<RunLine>,
+}
+
+/// One line of a [`BodyRun`]: its body is `offset..offset + len` of the run's object.
+#[derive(Debug)]
+struct RunLine {
+    wire_id: String,
+    endpoint: Endpoint,
+    job: JobId,
+    offset: u64,
+    len: u64,
 }
 
 impl BodyRun {
@@ -150,39 +207,128 @@ impl BodyRun {
         self.end = offset;
     }
 
-    fn push(&mut self, wire_id: String, endpoint: Endpoint, offset: u64, len: u64) {
-        self.end = offset + len;
-        self.lines.push((wire_id, endpoint, offset, len));
+    fn push(&mut self, line: RunLine) {
+        self.end = line.offset + line.len;
+        self.lines.push(line);
     }
 }
 
 impl Engine {
-    /// Writes the lines of `run`, reading their bodies in one range, and empties it.
-    async fn flush_run(
-        &self,
-        run: &mut BodyRun,
-        kind: ProviderKind,
-        out: &mut InputWriter,
-    ) -> Result<(), EngineError> {
+    /// Passes the lines of `run` to `pass`, reading their bodies in one range, and empties it.
+    async fn flush_run(&self, run: &mut BodyRun, pass: &mut Pass<'_>) -> Result<(), EngineError> {
         if run.lines.is_empty() {
             return Ok(());
         }
         let key = BlobKey::new(run.object.clone())?;
         let bytes = self.config.blobs.get_range(&key, run.start..run.end).await?;
-        let mut buf = Vec::new();
         let lines = run.lines.len() as u64;
-        for (wire_id, endpoint, offset, len) in run.lines.drain(..) {
+        for line in run.lines.drain(..) {
+            let (offset, len) = (line.offset, line.len);
             let at = usize::try_from(offset - run.start).unwrap_or(usize::MAX);
             let body = bytes
                 .get(at..at.saturating_add(usize::try_from(len).unwrap_or(usize::MAX)))
                 .and_then(|b| std::str::from_utf8(b).ok())
                 .ok_or_else(|| {
                     EngineError::Store(tranche_store::StoreError::Corrupt(format!(
-                        "the body of {wire_id} is not at {offset}+{len} of `{key}`"
+                        "the body of {} is not at {offset}+{len} of `{key}`",
+                        line.wire_id
                     )))
                 })?;
-            codec::write_input_line_json(kind, &mut buf, &wire_id, endpoint, body);
+            pass.line(&line.wire_id, line.endpoint, line.job, body);
         }
-        out.write(&buf, lines).await
+        pass.flush(lines).await
+    }
+}
+
+/// What a walk over a tranche's lines does with each.
+enum Pass<'a> {
+    /// Counts the requests of each system prompt (of jobs that ask for marks).
+    Count(&'a mut PromptCounts),
+    /// Writes each line into the file, marking the shared prompts of `marks`.
+    Write {
+        kind: ProviderKind,
+        out: &'a mut InputWriter,
+        marks: Option<&'a Marks>,
+        /// The lines not yet written.
+        buf: Vec<u8>,
+        /// How many lines went out marked.
+        marked: u64,
+    },
+}
+
+impl Pass<'_> {
+    /// Whether the pass reads the bodies of `job`'s lines (counting skips jobs that do not
+    /// ask for marks, so their bodies are not even read).
+    fn wants(&self, job: JobId) -> bool {
+        match self {
+            Pass::Count(counts) => counts.auto.contains(&job),
+            Pass::Write { .. } => true,
+        }
+    }
+
+    fn line(&mut self, wire_id: &str, endpoint: Endpoint, job: JobId, body: &str) {
+        match self {
+            Pass::Count(counts) => counts.observe(body),
+            Pass::Write { kind, marks, buf, marked, .. } => {
+                let with_mark = marks.and_then(|m| m.apply(job, body));
+                *marked += u64::from(with_mark.is_some());
+                let body = with_mark.as_deref().unwrap_or(body);
+                codec::write_input_line_json(*kind, buf, wire_id, endpoint, body);
+            }
+        }
+    }
+
+    /// Writes the `lines` whole lines passed since the last flush.
+    async fn flush(&mut self, lines: u64) -> Result<(), EngineError> {
+        if let Pass::Write { out, buf, .. } = self {
+            out.write(buf, lines).await?;
+            buf.clear();
+        }
+        Ok(())
+    }
+}
+
+/// The first pass's tally: how many requests carry each system prompt.
+struct PromptCounts {
+    /// The tranche's jobs with `cache_shared_prompt = auto`.
+    auto: HashSet<JobId>,
+    seen: HashMap<PromptId, Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    requests: u64,
+    /// Shared and long enough: decided when a second request shows it.
+    marked: bool,
+}
+
+impl PromptCounts {
+    fn observe(&mut self, body: &str) {
+        let Some(prompt) = SharedPrompt::of(body) else { return };
+        let seen = self.seen.entry(prompt.id()).or_default();
+        seen.requests += 1;
+        if seen.requests == 2 {
+            seen.marked = prompt.long_enough();
+        }
+    }
+}
+
+/// What the second pass marks: the requests of `auto` jobs whose prompt is in `marked`.
+struct Marks {
+    auto: HashSet<JobId>,
+    marked: HashSet<PromptId>,
+}
+
+impl Marks {
+    /// `body` marked, when it is to be.
+    fn apply(&self, job: JobId, body: &str) -> Option<String> {
+        if !self.auto.contains(&job) {
+            return None;
+        }
+        let prompt = SharedPrompt::of(body)?;
+        if !self.marked.contains(&prompt.id()) {
+            return None;
+        }
+        cache_marks::marked_body(body)
     }
 }
