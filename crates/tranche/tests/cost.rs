@@ -302,3 +302,44 @@ fn a_budget_stops_the_job_before_it_costs_more() {
     let out = env.tranche().args(["submit", "unpriced.jsonl", "--budget", "-1"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
+
+#[test]
+fn a_shared_anthropic_prompt_is_cached_unless_turned_off() {
+    // The same long system prompt, unmarked by the user: tranche marks it (auto), so the
+    // simulator writes it once and reads it after; with `off` it bills every token as input.
+    for (setting, cached) in [("auto", true), ("off", false)] {
+        let sim = Sim::start(&[]);
+        let env = Env::new();
+        let lines: String = (0..20)
+            .map(|i| {
+                let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 20,
+                    "system": long_prompt(),
+                    "messages": [{"role": "user", "content": format!("doc:{i} says hello")}]});
+                format!("{}\n", json!({"key": format!("doc:{i}"), "body": body}))
+            })
+            .collect();
+        let input = env.write("input.jsonl", &lines);
+        let out = env
+            .tranche()
+            .args(["run", input.to_str().unwrap(), "--task", "greet", "--provider", "anthropic"])
+            .args(["--base-url", &sim.anthropic, "--poll-interval", "0.1", "--json"])
+            .args(["--cache-shared-prompt", setting])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(status["counts"]["succeeded"], 20, "{status}");
+        let job = status["job_id"].as_str().unwrap();
+        let report = json_out(&env, &["cost", job, "--json"]);
+        let ([input, read, written, _], _) = ledger(sim.root(), "anthropic");
+        let t = &report["tokens"];
+        assert_eq!((t["input"].as_u64(), t["cached_input"].as_u64()), (Some(input), Some(read)));
+        assert_eq!(t["cache_write_input"].as_u64(), Some(written));
+        if cached {
+            assert!(written > 0 && read > written, "one write, reads after: {report}");
+            assert!(report["savings"]["cache"].as_f64().unwrap() > 0.0, "{report}");
+        } else {
+            assert_eq!((read, written), (0, 0), "{report}");
+        }
+    }
+}
