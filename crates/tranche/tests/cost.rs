@@ -140,6 +140,18 @@ fn an_openai_job_costs_what_the_ledger_bills_and_reused_answers_are_saved() {
     assert_eq!(estimate["max_output_tokens"], 40 * 40);
     assert!(estimate["cost_max"].as_f64().unwrap() >= cost, "{estimate}");
     assert!(estimate["sync_cost_max"].as_f64().unwrap() >= sync, "{estimate}");
+    // The seed's monthly formula: runs × (input × price × (1 − hit rate × (1 − cached/input)) ×
+    // batch + output × price × batch), at the file's worst-case output.
+    let monthly = json_out(&env, &["cost", "estimate", "input.jsonl", "--task", "greet", "--json"]);
+    assert!(monthly.get("monthly").is_none(), "only when asked");
+    let args = ["--per-month", "30", "--cache-hit-rate", "0.5", "--json"];
+    let monthly = json_out(
+        &env,
+        &[&["cost", "estimate", "input.jsonl", "--task", "greet"][..], &args[..]].concat(),
+    );
+    let (inp, out) = (estimated, estimate["max_output_tokens"].as_f64().unwrap());
+    let per_run = (inp * 0.15 * (1.0 - 0.5 * (1.0 - 0.075 / 0.15)) + out * 0.60) / 1e6 * 0.5;
+    close(&monthly["monthly"]["cost"], 30.0 * per_run);
 
     // A re-parse reads the raw results again and counts nothing again.
     let out = env.tranche().args(["reparse", &job]).output().unwrap();
