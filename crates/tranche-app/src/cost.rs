@@ -5,8 +5,9 @@
 //! without caching; `savings.cache` what caching saved at synchronous prices; `savings.batch`
 //! the rest (`sync_cost - savings.cache - cost`); `savings.dedup` the synchronous price of the
 //! requests answered from earlier results (not part of `sync_cost`). A model the table does
-//! not price is listed in `unpriced_models` and its cost is unknown: then the amounts are
-//! `null`, never a partial sum passed off as the whole.
+//! not price is listed in `unpriced_models` and its cost is unknown: then the amounts it enters
+//! (the bill and its savings, or the dedup saving) are `null`, never a partial sum passed off as
+//! the whole.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -109,6 +110,9 @@ pub struct FileEstimate {
     pub sync_cost_max: Option<f64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unpriced_models: Vec<String>,
+    /// Requests no worst case holds (images, audio, files).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unbounded_requests: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub monthly: Option<Monthly>,
 }
@@ -123,19 +127,31 @@ pub struct Monthly {
     pub cost: Option<f64>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Prices the ledger's rows: billed rows make the cost, reused rows the dedup saving.
 fn price_rows(rows: &[UsageRow], prices: &PriceTable) -> (CostTotals, Vec<ModelCost>) {
     let mut billed = TokenUsage::default();
     let mut total = Costs::default();
     let mut dedup = 0.0;
     let mut unpriced: Vec<String> = Vec::new();
+    // Which amounts an unpriced model leaves unknown: the bill, the dedup saving, or both.
+    let (mut bill_known, mut dedup_known) = (true, true);
     let mut by_model = Vec::new();
     for row in rows {
         let priced = prices
             .lookup(row.provider, &row.model)
             .map(|price| costs(&row.tokens, &price, &prices.rules(row.provider)));
-        if priced.is_none() && !unpriced.contains(&row.model) {
-            unpriced.push(row.model.clone());
+        if priced.is_none() {
+            match row.kind {
+                UsageKind::Billed => bill_known = false,
+                UsageKind::Reused => dedup_known = false,
+            }
+            if !unpriced.contains(&row.model) {
+                unpriced.push(row.model.clone());
+            }
         }
         match row.kind {
             UsageKind::Billed => {
@@ -154,7 +170,7 @@ fn price_rows(rows: &[UsageRow], prices: &PriceTable) -> (CostTotals, Vec<ModelC
             UsageKind::Reused => dedup += priced.map_or(0.0, |c| c.sync_cost),
         }
     }
-    let known = |v: f64| unpriced.is_empty().then_some(v);
+    let known = |v: f64| bill_known.then_some(v);
     let totals = CostTotals {
         currency: "USD",
         tokens: billed.into(),
@@ -163,7 +179,7 @@ fn price_rows(rows: &[UsageRow], prices: &PriceTable) -> (CostTotals, Vec<ModelC
         savings: Savings {
             batch: known(total.batch_savings()),
             cache: known(total.cache_savings()),
-            dedup: known(dedup),
+            dedup: dedup_known.then_some(dedup),
         },
         unpriced_models: unpriced,
     };
@@ -279,6 +295,7 @@ pub fn estimate_file(
         cost_max: estimate.cost_max,
         sync_cost_max: estimate.sync_cost_max,
         unpriced_models: estimate.unpriced_models,
+        unbounded_requests: estimate.unbounded_requests,
         monthly,
     })
 }
@@ -329,5 +346,12 @@ mod tests {
         assert_eq!(totals.unpriced_models, ["house-model"]);
         assert_eq!((totals.cost, totals.sync_cost, totals.savings.batch), (None, None, None));
         assert_eq!(totals.tokens.input, 2_000_000);
+        // A model unpriced only among reused answers leaves the bill known.
+        let (totals, _) = price_rows(
+            &[row(UsageKind::Billed, "gpt-4o-mini"), row(UsageKind::Reused, "house-model")],
+            &prices,
+        );
+        close(totals.cost, 0.375);
+        assert_eq!((totals.savings.dedup, totals.unpriced_models.len()), (None, 1));
     }
 }

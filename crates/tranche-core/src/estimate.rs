@@ -32,6 +32,8 @@ pub struct Estimate {
     pub sync_cost_max: Option<f64>,
     /// Models no worst case could be priced for, each once, in the order met.
     pub unpriced_models: Vec<String>,
+    /// Requests whose cost nothing bounds (images, audio, files): no worst case holds them.
+    pub unbounded_requests: u64,
 }
 
 impl Default for Estimate {
@@ -50,6 +52,7 @@ impl Estimate {
             cost_max: Some(0.0),
             sync_cost_max: Some(0.0),
             unpriced_models: Vec::new(),
+            unbounded_requests: 0,
         }
     }
 
@@ -74,7 +77,9 @@ impl Estimate {
             None => {
                 self.cost_max = None;
                 self.sync_cost_max = None;
-                if !self.unpriced_models.iter().any(|m| m == model) {
+                if worst.unbounded.is_some() {
+                    self.unbounded_requests += 1;
+                } else if !self.unpriced_models.iter().any(|m| m == model) {
                     self.unpriced_models.push(model.to_owned());
                 }
             }
@@ -88,15 +93,74 @@ impl Estimate {
 /// fifth in public comparisons).
 pub const ANTHROPIC_TOKENIZER_MARGIN: f64 = 1.3;
 
+/// The system prompt Anthropic adds to a request with tools, in tokens: its tool-use guide gives
+/// 313 to 346 for current Claude models, so a worst case takes somewhat more.
+pub const ANTHROPIC_TOOL_USE_TOKENS: u64 = 400;
+
+/// Content the count cannot bound: it is billed by size or duration in ways a text tokenizer
+/// does not see.
+const MEDIA_PARTS: [&str; 8] =
+    ["image_url", "input_image", "image", "input_audio", "audio", "file", "input_file", "document"];
+
+/// The content parts of a body's messages (chat and Anthropic `messages`, Responses `input`).
+fn parts(body: &Value) -> impl Iterator<Item = &Value> {
+    ["messages", "input"]
+        .into_iter()
+        .filter_map(|key| body.get(key).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|message| message.get("content").and_then(Value::as_array))
+        .flatten()
+}
+
+/// Why a body's cost has no worst case, if it has none.
+fn unbounded(body: &Value) -> Option<String> {
+    let media = parts(body)
+        .filter_map(|part| part.get("type").and_then(Value::as_str))
+        .find(|kind| MEDIA_PARTS.contains(kind))?;
+    Some(format!("a `{media}` part is billed in ways a token count cannot bound"))
+}
+
+/// Input the message count leaves out but the provider bills: structured parts that are not
+/// text (tool calls and their results) as their compact JSON, an output format's schema, and
+/// Anthropic's tool-use system prompt.
+fn uncounted_input(provider: ProviderKind, model: &str, body: &Value) -> u64 {
+    let encoding = count::Encoding::for_model(provider, model);
+    let json = |v: &Value| encoding.count(&v.to_string());
+    let structured: u64 = parts(body)
+        .filter(|part| {
+            let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+            !matches!(kind, "text" | "input_text" | "output_text")
+        })
+        .map(json)
+        .sum();
+    let calls: u64 = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("tool_calls"))
+        .map(json)
+        .sum();
+    let format: u64 =
+        ["response_format", "text"].iter().filter_map(|k| body.get(*k)).map(json).sum();
+    let tool_use = match provider {
+        ProviderKind::Anthropic if body.get("tools").is_some() => ANTHROPIC_TOOL_USE_TOKENS,
+        _ => 0,
+    };
+    structured + calls + format + tool_use
+}
+
 /// The most one request may cost, and the tokens it was counted at.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WorstCase {
     /// Its input tokens as counted ([`count::input_tokens`]), without margin.
     pub input_tokens: u64,
     /// The most output it may produce; `None` when neither the body nor the table bounds it.
     pub output_tokens: Option<u64>,
-    /// `None` when the model is unpriced or the output unbounded.
+    /// `None` when the model is unpriced, the output unbounded or the input beyond counting.
     pub costs: Option<Costs>,
+    /// Why nothing bounds the request's cost (media parts), when nothing does.
+    pub unbounded: Option<String>,
 }
 
 /// The most one request for `model` at `provider`'s `endpoint` may cost. Input is priced as if
@@ -113,19 +177,30 @@ pub fn worst_case(
 ) -> WorstCase {
     let input_tokens = count::input_tokens(provider, endpoint, body);
     let price = prices.lookup(provider, model);
+    // `n` (and `best_of`) answers each cost their own output.
+    let choices = ["n", "best_of"]
+        .iter()
+        .filter_map(|k| body.get(*k).and_then(Value::as_u64))
+        .max()
+        .unwrap_or(1)
+        .max(1);
     let output_tokens = match endpoint {
         Endpoint::Embeddings | Endpoint::Moderations => Some(0),
-        _ => count::output_limit(body).or_else(|| price.as_ref().and_then(|p| p.max_output_tokens)),
+        _ => count::output_limit(body)
+            .or_else(|| price.as_ref().and_then(|p| p.max_output_tokens))
+            .map(|limit| limit.saturating_mul(choices)),
     };
-    let costs = price.zip(output_tokens).map(|(price, output)| {
+    let unbounded = unbounded(body);
+    let billed_input = input_tokens + uncounted_input(provider, model, body);
+    let costs = price.zip(output_tokens).filter(|_| unbounded.is_none()).map(|(price, output)| {
         let rules = prices.rules(provider);
         let usage = if provider == ProviderKind::Anthropic {
-            let input = (input_tokens as f64 * ANTHROPIC_TOKENIZER_MARGIN).ceil() as u64;
+            let input = (billed_input as f64 * ANTHROPIC_TOKENIZER_MARGIN).ceil() as u64;
             let one_hour = body.to_string().contains(r#""ttl":"1h""#);
             let (cache_write_5m, cache_write_1h) = if one_hour { (0, input) } else { (input, 0) };
             TokenUsage { input, cache_write_5m, cache_write_1h, output, ..TokenUsage::default() }
         } else {
-            TokenUsage { input: input_tokens, output, ..TokenUsage::default() }
+            TokenUsage { input: billed_input, output, ..TokenUsage::default() }
         };
         let mut worst = costs(&usage, &price, &rules);
         // The synchronous figure is the same tokens without caching, whatever the batch paid.
@@ -135,7 +210,7 @@ pub fn worst_case(
         );
         worst
     });
-    WorstCase { input_tokens, output_tokens, costs }
+    WorstCase { input_tokens, output_tokens, costs, unbounded }
 }
 
 /// What a job run `runs_per_month` times costs a month in batches, in USD:
@@ -172,6 +247,47 @@ mod tests {
 
     use super::*;
     use crate::count::Encoding;
+
+    #[test]
+    fn the_worst_case_covers_choices_tool_calls_and_formats_and_refuses_media() {
+        let prices = PriceTable::bundled();
+        let text = json!({"model": "gpt-4o-mini", "max_tokens": 10,
+                          "messages": [{"role": "user", "content": "Hi"}]});
+        let chat = Endpoint::ChatCompletions;
+        let base = worst_case(ProviderKind::Openai, chat, "gpt-4o-mini", &text, &prices);
+        assert_eq!((base.output_tokens, base.unbounded), (Some(10), None));
+        let mut three = text.clone();
+        three["n"] = json!(3);
+        let worst = worst_case(ProviderKind::Openai, chat, "gpt-4o-mini", &three, &prices);
+        assert_eq!(worst.output_tokens, Some(30), "each answer has its own output");
+        let mut formatted = text;
+        formatted["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "x",
+            "schema": {"type": "object", "properties": {"label": {"type": "string"}}}}});
+        let worst = worst_case(ProviderKind::Openai, chat, "gpt-4o-mini", &formatted, &prices);
+        assert!(worst.costs.unwrap().cost > base.costs.unwrap().cost, "the schema is input too");
+        let image = json!({"model": "gpt-4o-mini", "max_tokens": 10, "messages": [{"role": "user",
+            "content": [{"type": "text", "text": "What is it?"},
+                        {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}}]}]});
+        let worst = worst_case(ProviderKind::Openai, chat, "gpt-4o-mini", &image, &prices);
+        assert!(worst.costs.is_none() && worst.unbounded.unwrap().contains("image_url"));
+        let mut estimate = Estimate::new();
+        estimate.add(ProviderKind::Openai, chat, "gpt-4o-mini", &image, &prices);
+        assert_eq!((estimate.cost_max, estimate.unbounded_requests), (None, 1));
+        assert!(estimate.unpriced_models.is_empty(), "the model has a price");
+        // Anthropic: a tool result is input, and tools bring their system prompt.
+        let plain = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+                           "messages": [{"role": "user", "content": "Hi"}]});
+        let tools = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+            "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "x", "content": "42"}]}]});
+        let msgs = Endpoint::AnthropicMessages;
+        let a = worst_case(ProviderKind::Anthropic, msgs, "claude-sonnet-4-5", &plain, &prices);
+        let b = worst_case(ProviderKind::Anthropic, msgs, "claude-sonnet-4-5", &tools, &prices);
+        let (a, b) = (a.costs.unwrap().cost, b.costs.unwrap().cost);
+        // 400 tool-use tokens alone, with the margin, at the 5-minute write price, halved.
+        assert!(b - a > 400.0 * 1.3 * 3.75 / 1e6 * 0.5, "{a} {b}");
+    }
 
     #[track_caller]
     fn close(actual: f64, expected: f64) {

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use tracing::info;
+use tracing::{info, warn};
 use tranche_core::price::{Costs, PriceTable, costs};
 use tranche_core::{JobId, ProviderKind, Usd};
 use tranche_providers::LineError;
@@ -23,8 +23,9 @@ struct JobBudget {
     budget: Usd,
     /// Billed so far, plus the worst case of what is in flight and of what this pass admitted.
     committed: Usd,
-    /// A request of the job did not fit: the job's later requests wait too (they go in order).
-    blocked: bool,
+    /// The worst case of the first request that did not fit: the job's later requests wait
+    /// too (they go in order).
+    blocked: Option<Usd>,
     /// Requests admitted in this pass.
     admitted: u64,
 }
@@ -35,23 +36,26 @@ pub(crate) struct Budgets {
     jobs: HashMap<JobId, Option<JobBudget>>,
 }
 
-/// What a job's billed usage cost, rounded up to the nanodollar (an unpriced model cannot be
-/// billed here: a budget is refused at submit for a model without a price).
+/// What a job's billed usage cost, rounded up to the nanodollar; `None` when a result names a
+/// model the table does not price (submit refuses a budget for an unpriced request model, but
+/// a response may name another): then nothing more of the job may go out.
 pub(crate) async fn billed(
     store: &dyn Store,
     prices: &PriceTable,
     job: JobId,
-) -> Result<Usd, EngineError> {
+) -> Result<Option<Usd>, EngineError> {
     let mut total = Costs::default();
     for row in store.job_usage(job).await? {
         if row.kind != UsageKind::Billed {
             continue;
         }
-        if let Some(price) = prices.lookup(row.provider, &row.model) {
-            total += costs(&row.tokens, &price, &prices.rules(row.provider));
-        }
+        let Some(price) = prices.lookup(row.provider, &row.model) else {
+            warn!(job = %job, model = %row.model, "a result names a model without a price; the job's budget admits nothing more");
+            return Ok(None);
+        };
+        total += costs(&row.tokens, &price, &prices.rules(row.provider));
     }
-    Ok(Usd::ceil(total.cost))
+    Ok(Some(Usd::ceil(total.cost)))
 }
 
 impl Budgets {
@@ -67,8 +71,11 @@ impl Budgets {
             self.jobs.insert(item.job_id, loaded);
         }
         let Some(Some(job)) = self.jobs.get_mut(&item.job_id) else { return Ok(true) };
-        if job.blocked || job.committed.saturating_add(cost) > job.budget {
-            job.blocked = true;
+        if job.blocked.is_some() {
+            return Ok(false);
+        }
+        if job.committed.saturating_add(cost) > job.budget {
+            job.blocked = Some(cost);
             return Ok(false);
         }
         job.committed = job.committed.saturating_add(cost);
@@ -81,18 +88,18 @@ impl Budgets {
         let Some(budget) = store.job(id).await?.and_then(|job| job.settings.budget) else {
             return Ok(None);
         };
-        let spent = billed(store, &engine.config().prices, id).await?;
+        // What is in flight first, then the bill: a result ingested between the two reads is
+        // counted twice (the safe side), never not at all.
         let in_flight = store.job_queued_cost(id).await?;
-        Ok(Some(JobBudget {
-            budget,
-            committed: spent.saturating_add(in_flight),
-            blocked: false,
-            admitted: 0,
-        }))
+        let spent = billed(store, &engine.config().prices, id).await?;
+        // A bill that cannot be priced leaves no room.
+        let committed = spent.map_or(budget, |spent| spent.saturating_add(in_flight));
+        Ok(Some(JobBudget { budget, committed, blocked: None, admitted: 0 }))
     }
 
     /// Ends the waiting requests of every job whose next request did not fit while nothing of
-    /// it is in flight: no result to come can make room.
+    /// it is in flight: no result to come can make room. The bill is read again first (results
+    /// ingested during the pass may have left room; then the next pass admits the request).
     pub(crate) async fn settle(
         &self,
         engine: &Engine,
@@ -100,8 +107,18 @@ impl Budgets {
         now: i64,
     ) -> Result<(), EngineError> {
         for (id, job) in &self.jobs {
-            let Some(job) = job.as_ref().filter(|j| j.blocked && j.admitted == 0) else { continue };
-            if engine.store().job_queued_cost(*id).await? > Usd::ZERO {
+            let Some((job, next)) = job
+                .as_ref()
+                .filter(|j| j.admitted == 0)
+                .and_then(|j| j.blocked.map(|next| (j, next)))
+            else {
+                continue;
+            };
+            if engine.store().job_counts(*id).await?.queued > 0 {
+                continue;
+            }
+            let spent = billed(engine.store(), &engine.config().prices, *id).await?;
+            if spent.is_some_and(|spent| spent.saturating_add(next) <= job.budget) {
                 continue;
             }
             let error = LineError {
@@ -110,9 +127,8 @@ impl Budgets {
                 error_type: None,
                 code: Some(BUDGET_EXCEEDED.to_owned()),
                 message: format!(
-                    "the job's budget of {} would be passed: its next request may cost more than the {} left",
-                    job.budget,
-                    Usd::from_nanos(job.budget.nanos().saturating_sub(job.committed.nanos())),
+                    "the job's budget of {} would be passed: its next request may cost {}, more than is left",
+                    job.budget, next,
                 ),
                 param: None,
                 request_id: None,

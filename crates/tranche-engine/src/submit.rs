@@ -270,6 +270,14 @@ impl Engine {
             serde_json::from_str(&request.body).map_err(|e| refuse("body", e.to_string()))?;
         let prices = &self.config().prices;
         let worst = worst_case(provider, request.endpoint, &request.model, &body, prices);
+        if let Some(why) = worst.unbounded {
+            return Err(refuse(
+                "body.messages",
+                format!(
+                    "--budget cannot be kept for this request: {why}; submit it without a budget"
+                ),
+            ));
+        }
         match worst.costs {
             Some(costs) => Ok(Usd::ceil(costs.cost)),
             None if prices.lookup(provider, &request.model).is_none() => Err(refuse(

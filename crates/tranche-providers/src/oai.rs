@@ -907,6 +907,13 @@ mod tests {
         let t = usage_of(r#"{"usage":{"prompt_tokens":8,"total_tokens":8}}"#).tokens.unwrap();
         assert_eq!((t.input, t.output), (8, 0));
         assert_eq!(usage_of(r#"{"choices":[]}"#).tokens, None);
+        // Odd but numeric usage is still read, never lost: decimals, both spellings at once.
+        let t = usage_of(
+            r#"{"model":"m","usage":{"prompt_tokens":12.0,"input_tokens":12,"completion_tokens":3}}"#,
+        )
+        .tokens
+        .unwrap();
+        assert_eq!((t.input, t.output), (12, 3));
     }
 
     #[test]

@@ -373,10 +373,54 @@ impl Usage {
     }
 
     fn read(body: &RawValue, tokens: impl FnOnce(WireUsage) -> TokenUsage) -> Self {
-        match serde_json::from_str::<WireBilled>(body.get()) {
+        let billed = serde_json::from_str::<WireBilled>(body.get())
+            .or_else(|_| WireBilled::lenient(body.get()));
+        match billed {
             Ok(b) => Self { model: b.model, tokens: b.usage.map(tokens) },
             Err(_) => Self::default(),
         }
+    }
+}
+
+impl WireBilled {
+    /// The same read of a body the strict one refused (counts given as decimals, `prompt_tokens`
+    /// beside `input_tokens`, a detail of another shape): every count that is a number is
+    /// taken, so that an odd usage is still billed rather than lost.
+    fn lenient(body: &str) -> Result<Self, serde_json::Error> {
+        let body: serde_json::Value = serde_json::from_str(body)?;
+        let model = body.get("model").and_then(|m| m.as_str()).map(str::to_owned);
+        let usage = body.get("usage").filter(|u| u.is_object()).map(|u| {
+            let n = |v: Option<&serde_json::Value>| {
+                v.and_then(|x| x.as_u64().or_else(|| x.as_f64().map(|f| f.max(0.0).round() as u64)))
+            };
+            let at = |keys: &[&str]| keys.iter().find_map(|k| n(u.get(*k)));
+            let detail = |parents: &[&str], key: &str| {
+                parents.iter().find_map(|p| n(u.get(*p).and_then(|d| d.get(key))))
+            };
+            WireUsage {
+                input_tokens: at(&["prompt_tokens", "input_tokens"]),
+                output_tokens: at(&["completion_tokens", "output_tokens"]),
+                prompt_tokens_details: Some(InputDetails {
+                    cached_tokens: detail(
+                        &["prompt_tokens_details", "input_tokens_details"],
+                        "cached_tokens",
+                    ),
+                }),
+                completion_tokens_details: Some(OutputDetails {
+                    reasoning_tokens: detail(
+                        &["completion_tokens_details", "output_tokens_details"],
+                        "reasoning_tokens",
+                    ),
+                }),
+                cache_creation_input_tokens: at(&["cache_creation_input_tokens"]),
+                cache_read_input_tokens: at(&["cache_read_input_tokens"]),
+                cache_creation: u.get("cache_creation").map(|c| CacheCreation {
+                    ephemeral_5m_input_tokens: n(c.get("ephemeral_5m_input_tokens")),
+                    ephemeral_1h_input_tokens: n(c.get("ephemeral_1h_input_tokens")),
+                }),
+            }
+        });
+        Ok(Self { model, usage })
     }
 }
 

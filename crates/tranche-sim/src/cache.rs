@@ -45,13 +45,15 @@ const SWEEP_FLOOR: usize = 4_096;
 /// Anthropic's minimum cacheable prompt length by model (id prefix), from the prompt caching
 /// guide's "Cache limitations" (platform.claude.com/docs/en/build-with-claude/prompt-caching, as
 /// quoted in anthropics/anthropic-sdk-python#1194): 4,096 tokens for Claude Opus 4.6, Opus 4.5
-/// and Haiku 4.5; 2,048 for Claude Haiku 3.5 and Haiku 3; 1,024 for Claude Sonnet 4.6, Sonnet
-/// 4.5, Opus 4.1, Opus 4, Sonnet 4 and Sonnet 3.7 (and, in the earlier guide, Sonnet 3.5 and
-/// Opus 3), which is also the default for any other model.
-const ANTHROPIC_MIN_CACHEABLE: [(&str, u64); 5] = [
+/// and Haiku 4.5; 2,048 for Claude Sonnet 4.6 (the issue observed caching start there, and later
+/// copies of the table say so, where the first said 1,024), Haiku 3.5 and Haiku 3; 1,024 for
+/// Claude Sonnet 4.5, Opus 4.1, Opus 4, Sonnet 4 and Sonnet 3.7 (and, in the earlier guide,
+/// Sonnet 3.5 and Opus 3), which is also the default for any other model.
+const ANTHROPIC_MIN_CACHEABLE: [(&str, u64); 6] = [
     ("claude-opus-4-6", 4_096),
     ("claude-opus-4-5", 4_096),
     ("claude-haiku-4-5", 4_096),
+    ("claude-sonnet-4-6", 2_048),
     ("claude-3-5-haiku", 2_048),
     ("claude-3-haiku", 2_048),
 ];

@@ -230,7 +230,12 @@ impl PlanStore for PgStore {
         let done = sqlx::query(
             "UPDATE requests SET state = 'cancelled', error = $1, finished_at = $2,
                     tranche_id = NULL
-             WHERE job_id = $3 AND state = 'pending'",
+             WHERE job_id = $3 AND state = 'pending'
+               AND NOT EXISTS (
+                   SELECT 1 FROM requests AS t
+                   WHERE t.custom_id = requests.custom_id AND t.input_hash = requests.input_hash
+                     AND t.answer_check IS NOT DISTINCT FROM requests.answer_check
+                     AND t.job_id != requests.job_id AND t.state IN ('queued', 'pending'))",
         )
         .bind(error)
         .bind(at)

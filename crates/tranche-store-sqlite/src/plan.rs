@@ -214,7 +214,12 @@ impl PlanStore for SqliteStore {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE requests SET state = 'cancelled', error = ?, finished_at = ?, tranche_id = NULL
-             WHERE job_id = ? AND state = 'pending'",
+             WHERE job_id = ? AND state = 'pending'
+               AND NOT EXISTS (
+                   SELECT 1 FROM requests AS t
+                   WHERE t.custom_id = requests.custom_id AND t.input_hash = requests.input_hash
+                     AND t.answer_check IS requests.answer_check AND t.job_id != requests.job_id
+                     AND t.state IN ('queued', 'pending'))",
         )
         .bind(error)
         .bind(at)

@@ -172,7 +172,8 @@ pub trait PlanStore: Send + Sync {
     async fn job_queued_cost(&self, job: JobId) -> StoreResult<Usd>;
 
     /// Ends a job's waiting requests cancelled with `error` (JSON): its budget cannot pay for
-    /// them. Returns how many.
+    /// them. A request identical to one of another job still waiting or in flight keeps
+    /// waiting: that one's answer may answer it at no cost. Returns how many.
     async fn end_waiting(&self, job: JobId, error: &str, at: i64) -> StoreResult<u64>;
 
     /// Records a tranche and claims its requests, in one transaction, while the planning duty

@@ -313,6 +313,18 @@ fn a_budget_stops_the_job_before_it_costs_more() {
     assert!(stderr.contains("line 1") && stderr.contains("house-model-7"), "{stderr}");
     let out = env.tranche().args(["submit", "unpriced.jsonl", "--budget", "-1"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // Nor can a budget bound an image's cost.
+    let line = json!({"key": "a", "body": {"model": "gpt-4o-mini", "max_tokens": 5,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}}]}]}});
+    env.write("image.jsonl", &format!("{line}\n"));
+    let out = env
+        .tranche()
+        .args(["submit", "image.jsonl", "--task", "t", "--budget", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("image_url"), "{}", text(&out));
 }
 
 #[test]

@@ -136,6 +136,10 @@ fn run_estimate(global: &Global, args: EstimateArgs) -> CmdResult {
     if !report.unpriced_models.is_empty() {
         rows.push(("unpriced models", report.unpriced_models.join(", ")));
     }
+    if report.unbounded_requests > 0 {
+        let n = report.unbounded_requests;
+        rows.push(("requests no worst case holds", format!("{n} (images, audio or files)")));
+    }
     if let Some(m) = &report.monthly {
         let label = format!("{} runs a month, {:.0}% cache hits", m.runs, m.cache_hit_rate * 100.0);
         rows.push(("per month", format!("{} ({label})", render::usd(m.cost))));
