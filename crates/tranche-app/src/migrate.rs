@@ -19,9 +19,9 @@ pub struct MigrationReport {
 }
 
 /// Copies the SQLite store at `source` (a path or `sqlite:` URL) into the PostgreSQL database
-/// at `target` (a `postgres://` or `postgresql://` URL), which must hold no job and no tranche.
-/// Refused, as bad usage, when the source is not SQLite, the target not PostgreSQL, or the
-/// target not empty.
+/// at `target` (a `postgres://` or `postgresql://` URL), which must hold no job, no tranche and
+/// no tenant. Refused, as bad usage, when the source is not SQLite, the target not PostgreSQL,
+/// or the target not empty.
 pub async fn migrate_sqlite_to_postgres(
     source: &str,
     target: &str,

@@ -1,5 +1,5 @@
 //! Copying a SQLite store into an empty PostgreSQL database (`tranche migrate`): every table of
-//! the SQLite schema as of its migration 15, read in keyset pages inside one read transaction
+//! the SQLite schema as of its migration 16, read in keyset pages inside one read transaction
 //! (a consistent snapshot) and written in array-bound chunks inside one PostgreSQL transaction,
 //! so that a failed copy leaves the target as it was. Named leases are not copied: they are
 //! transient, and the next engine takes them afresh.
@@ -14,7 +14,7 @@ use crate::PgStore;
 
 /// The SQLite schema this copier reads: the last of the SQLite store's migrations, which
 /// PostgreSQL's schema mirrors.
-const SQLITE_SCHEMA: i64 = 15;
+const SQLITE_SCHEMA: i64 = 16;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;
@@ -26,11 +26,11 @@ const TEXT_PAGE: i64 = 100;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImportError {
-    /// The target holds jobs or tranches already.
+    /// The target holds jobs, tranches or tenants already.
     #[error(
-        "the PostgreSQL database already holds {jobs} job(s) and {tranches} tranche(s); migrate only into an empty database"
+        "the PostgreSQL database already holds {jobs} job(s), {tranches} tranche(s) and {tenants} tenant(s); migrate only into an empty database"
     )]
-    NotEmpty { jobs: i64, tranches: i64 },
+    NotEmpty { jobs: i64, tranches: i64, tenants: i64 },
     /// The source's schema is not the one this version copies.
     #[error(
         "the SQLite store's schema is at migration {found}, this tranche copies migration {SQLITE_SCHEMA}; open it with this version of tranche first"
@@ -84,9 +84,9 @@ macro_rules! copy_table {
 }
 
 impl PgStore {
-    /// Copies the SQLite store in the file `sqlite_file` (its schema must be at migration 15,
+    /// Copies the SQLite store in the file `sqlite_file` (its schema must be at migration 16,
     /// as the SQLite store's `open` leaves it) into this database, which must hold no
-    /// job and no tranche. All or nothing: one transaction. Rows keep their ids, request ids
+    /// job, no tranche and no tenant. All or nothing: one transaction. Rows keep their ids, request ids
     /// continue after the largest copied, and jobs keep their counters as they are (the
     /// counters' trigger follows updates only, so the copy's inserts do not count again).
     pub async fn import_sqlite(&self, sqlite_file: &Path) -> Result<ImportReport, ImportError> {
@@ -113,15 +113,19 @@ impl PgStore {
         let mut tx = self.begin_write().await?;
         // No engine writes the target's jobs or tranches while it is checked and filled, and a
         // second copy started at once waits, then finds it full.
-        sqlx::query("LOCK TABLE jobs, tranches IN EXCLUSIVE MODE").execute(&mut *tx).await?;
+        sqlx::query("LOCK TABLE jobs, tranches, tenants IN EXCLUSIVE MODE")
+            .execute(&mut *tx)
+            .await?;
         let row = sqlx::query(
-            "SELECT (SELECT COUNT(*) FROM jobs) AS jobs, (SELECT COUNT(*) FROM tranches) AS tranches",
+            "SELECT (SELECT COUNT(*) FROM jobs) AS jobs, (SELECT COUNT(*) FROM tranches) AS tranches,
+                    (SELECT COUNT(*) FROM tenants) AS tenants",
         )
         .fetch_one(&mut *tx)
         .await?;
-        let (jobs, tranches): (i64, i64) = (row.try_get("jobs")?, row.try_get("tranches")?);
-        if jobs > 0 || tranches > 0 {
-            return Err(ImportError::NotEmpty { jobs, tranches });
+        let (jobs, tranches, tenants): (i64, i64, i64) =
+            (row.try_get("jobs")?, row.try_get("tranches")?, row.try_get("tenants")?);
+        if jobs > 0 || tranches > 0 || tenants > 0 {
+            return Err(ImportError::NotEmpty { jobs, tranches, tenants });
         }
 
         let mut report = ImportReport::default();
@@ -341,6 +345,19 @@ impl PgStore {
             keys = [k: i64 = i64::MIN],
             columns = [account: String, at: i64, total: i64, inputs_with_expiry: i64,
                 inputs_without_expiry: i64]
+        );
+
+        // Tenants with the hashes of their tokens (revoked ones too: who had access, and until
+        // when); their tokens keep working against the new database.
+        copy_table!(src, tx, report, "tenants", page = PAGE,
+            select = "SELECT rowid AS k, token_hash, name, admin, created_at, revoked_at
+                      FROM tenants WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            insert = "INSERT INTO tenants (token_hash, name, admin, created_at, revoked_at)
+                      SELECT * FROM UNNEST($1::text[], $2::text[], $3::boolean[], $4::bigint[],
+                             $5::bigint[])",
+            keys = [k: i64 = i64::MIN],
+            columns = [token_hash: String, name: String, admin: bool, created_at: i64,
+                revoked_at: Option<i64>]
         );
 
         // The schema's two sequences continue after the copied ids: request ids (taken by the

@@ -49,6 +49,7 @@ mod leases;
 mod plan;
 mod prune;
 mod queries;
+mod tenants;
 mod tranches;
 mod usage;
 mod writer;
@@ -66,6 +67,7 @@ fn migrator() -> Migrator {
     Migrator::with_migrations(vec![
         migration(1, "init", include_str!("../migrations/postgres/0001_init.sql")),
         migration(2, "usage ledger", include_str!("../migrations/postgres/0002_usage_ledger.sql")),
+        migration(3, "tenants", include_str!("../migrations/postgres/0003_tenants.sql")),
     ])
 }
 

@@ -1,5 +1,6 @@
-//! Copying a SQLite store into PostgreSQL: every store trait answers the same on both, request
-//! ids continue after the copied ones, and a second copy into the now full database is refused.
+//! Copying a SQLite store into PostgreSQL: every store trait answers the same on both (tenants
+//! and their tokens too), request ids continue after the copied ones, and a second copy into
+//! the now full database is refused.
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
@@ -8,8 +9,8 @@ use std::collections::BTreeSet;
 use futures::TryStreamExt;
 use tranche_core::{Endpoint, JobId, JobSettings, ProviderKind};
 use tranche_store::{
-    DeploymentStore, JobStore, NewAnswerCheck, NewJob, NewRequest, PlanStore, QueryStore,
-    RequestBody, ResultRow, Store, conformance,
+    DeploymentStore, JobFilter, JobStore, NewAnswerCheck, NewJob, NewRequest, PlanStore,
+    QueryStore, RequestBody, ResultRow, Store, TenantStore, conformance,
 };
 use tranche_store_postgres::{ImportError, PgStore};
 use tranche_store_sqlite::SqliteStore;
@@ -36,6 +37,9 @@ async fn answers(store: &dyn Store) -> Vec<String> {
         }
     }
     assert!(!tranches.is_empty(), "the fixture has tranches");
+    out.push(format!("{:?}", store.tenants().await.unwrap()));
+    let all = JobFilter { tenant: None, state: None, before: None, limit: 100 };
+    out.push(format!("{:?}", store.list_jobs(all).await.unwrap()));
     for tranche in tranches {
         out.push(format!("{:?}", store.tranche(tranche).await.unwrap()));
         out.push(format!("{:?}", store.live_files(tranche).await.unwrap()));
@@ -56,6 +60,8 @@ async fn a_sqlite_store_moves_whole_and_request_ids_continue() {
     conformance::usage_is_counted_once_per_attempt(&sqlite).await;
     conformance::provider_files_are_tracked_until_deleted(&sqlite).await;
     checked_job(&sqlite, 5, "waiting").await;
+    // Tenants, one of them revoked and added again.
+    conformance::tenants_are_found_by_token_refused_twice_and_revoked(&sqlite).await;
     sqlite.deployment_fact("blob_store", "file:///blobs").await.unwrap();
     let before = answers(&sqlite).await;
     let jobs = sqlite.recent_jobs(100).await.unwrap().len();
@@ -77,11 +83,15 @@ async fn a_sqlite_store_moves_whole_and_request_ids_continue() {
         "answer_checks",
         "file_audits",
         "deployment",
+        "tenants",
     ] {
         assert!(copied[table] > 0, "{table} copied: {report:?}");
     }
     assert_eq!(answers(&*pg).await, before);
     assert_eq!(pg.deployment_fact("blob_store", "elsewhere").await.unwrap(), "file:///blobs");
+    // A copied token authenticates on PostgreSQL; a revoked one does not.
+    assert_eq!(pg.tenant_by_token("h4").await.unwrap().unwrap().name, "acme");
+    assert_eq!(pg.tenant_by_token("h1").await.unwrap(), None);
 
     // A new job takes ids after the copied ones, and its requests are claimed as usual.
     let max_before = max_request_id(&*pg).await;

@@ -8,6 +8,16 @@ use tranche_store::*;
 use crate::SqliteStore;
 use crate::writer::SqliteJobWriter;
 
+/// The columns a job is read from, in a statement that stays a string literal (`concat!`).
+macro_rules! job_columns {
+    () => {
+        "SELECT id, provider, state, source, settings, accepted, last_error, cancel_requested,
+                created_at, updated_at, finished_at, review_verdict, reviewed_by, reviewed_at,
+                paused_error
+         FROM jobs"
+    };
+}
+
 #[async_trait::async_trait]
 impl JobStore for SqliteStore {
     async fn begin_job(&self, job: NewJob) -> StoreResult<Box<dyn JobWriter>> {
@@ -65,6 +75,48 @@ impl JobStore for SqliteStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    async fn list_jobs(&self, filter: JobFilter<'_>) -> StoreResult<Vec<JobRecord>> {
+        // One statement per shape, so that each is a range of one index: a tenant's jobs by
+        // `jobs_by_tenant`, every job by `jobs_by_created`; the cursor is the row (created_at,
+        // id) of the job it names, and an unknown one compares as NULL, listing nothing.
+        let state = filter.state.map(JobState::as_str);
+        let before = filter.before.map(|id| id.to_string());
+        let limit = i64::from(filter.limit);
+        let query = match (filter.tenant, before) {
+            (Some(tenant), Some(before)) => sqlx::query(concat!(
+                job_columns!(),
+                " WHERE tenant = ?1 AND (?2 IS NULL OR state = ?2)
+                    AND (created_at, id) < (SELECT created_at, id FROM jobs WHERE id = ?3)
+                  ORDER BY created_at DESC, id DESC LIMIT ?4"
+            ))
+            .bind(tenant)
+            .bind(state)
+            .bind(before),
+            (Some(tenant), None) => sqlx::query(concat!(
+                job_columns!(),
+                " WHERE tenant = ?1 AND (?2 IS NULL OR state = ?2)
+                  ORDER BY created_at DESC, id DESC LIMIT ?3"
+            ))
+            .bind(tenant)
+            .bind(state),
+            (None, Some(before)) => sqlx::query(concat!(
+                job_columns!(),
+                " WHERE (?1 IS NULL OR state = ?1)
+                    AND (created_at, id) < (SELECT created_at, id FROM jobs WHERE id = ?2)
+                  ORDER BY created_at DESC, id DESC LIMIT ?3"
+            ))
+            .bind(state)
+            .bind(before),
+            (None, None) => sqlx::query(concat!(
+                job_columns!(),
+                " WHERE (?1 IS NULL OR state = ?1) ORDER BY created_at DESC, id DESC LIMIT ?2"
+            ))
+            .bind(state),
+        };
+        let rows = query.bind(limit).fetch_all(&self.pool).await?;
         rows.iter().map(job_from_row).collect()
     }
 

@@ -45,6 +45,7 @@ mod leases;
 mod plan;
 mod prune;
 mod queries;
+mod tenants;
 mod tranches;
 mod usage;
 mod writer;
@@ -90,6 +91,7 @@ fn migrator() -> Migrator {
         migration(13, "paused jobs", include_str!("../migrations/sqlite/0013_paused_jobs.sql")),
         migration(14, "file audits", include_str!("../migrations/sqlite/0014_file_audits.sql")),
         migration(15, "usage ledger", include_str!("../migrations/sqlite/0015_usage_ledger.sql")),
+        migration(16, "tenants", include_str!("../migrations/sqlite/0016_tenants.sql")),
     ])
 }
 

@@ -1229,6 +1229,136 @@ pub async fn earlier_answers_match_custom_id_and_input_hash(store: &dyn Store) {
     assert!(again.unwrap().is_empty(), "pages by request id");
 }
 
+/// Tenants: added with the hash of their token, found by it, refused while a tenant of the
+/// name is unrevoked; revoked (then found no more, and the name free again); listed by name
+/// with revoked ones; a token hash is never reused.
+pub async fn tenants_are_found_by_token_refused_twice_and_revoked(store: &dyn Store) {
+    let record = |name: &str, admin, created_at, revoked_at| TenantRecord {
+        name: name.to_owned(),
+        admin,
+        created_at,
+        revoked_at,
+    };
+    assert!(store.tenants().await.unwrap().is_empty());
+    assert!(store.add_tenant("acme", "h1", false, 10).await.unwrap());
+    assert!(store.add_tenant("root", "h2", true, 11).await.unwrap());
+    assert!(!store.add_tenant("acme", "h3", true, 12).await.unwrap(), "acme is taken");
+    assert_eq!(store.tenant_by_token("h1").await.unwrap(), Some(record("acme", false, 10, None)));
+    assert_eq!(store.tenant_by_token("h2").await.unwrap(), Some(record("root", true, 11, None)));
+    assert_eq!(store.tenant_by_token("h3").await.unwrap(), None, "the refused one was not kept");
+    assert_eq!(store.tenant_by_token("nope").await.unwrap(), None);
+    assert!(store.add_tenant("other", "h2", false, 13).await.is_err(), "token hashes are unique");
+
+    assert!(store.revoke_tenant("acme", 20).await.unwrap());
+    assert!(!store.revoke_tenant("acme", 21).await.unwrap(), "revoked already");
+    assert!(!store.revoke_tenant("ghost", 21).await.unwrap());
+    assert_eq!(store.tenant_by_token("h1").await.unwrap(), None, "a revoked token is refused");
+    assert!(store.add_tenant("acme", "h4", false, 30).await.unwrap(), "the name is free again");
+    assert_eq!(store.tenant_by_token("h4").await.unwrap(), Some(record("acme", false, 30, None)));
+    assert_eq!(store.tenant_by_token("h1").await.unwrap(), None, "the old token stays revoked");
+    assert_eq!(
+        store.tenants().await.unwrap(),
+        vec![
+            record("acme", false, 10, Some(20)),
+            record("acme", false, 30, None),
+            record("root", true, 11, None),
+        ]
+    );
+}
+
+/// Jobs listed newest first by (created_at, id), a page after the cursor at a time: a
+/// tenant's (never another's), every job, in one state; an unknown cursor lists nothing.
+pub async fn jobs_are_listed_newest_first_in_keyset_pages(store: &dyn Store) {
+    // Several jobs of one second each, so that the id breaks ties across pages.
+    let mut made: Vec<(Option<&str>, i64, JobId)> = Vec::new();
+    for (tenant, created_at) in [
+        (Some("acme"), 10),
+        (Some("acme"), 20),
+        (Some("other"), 20),
+        (None, 20),
+        (Some("acme"), 20),
+        (Some("acme"), 30),
+        (Some("other"), 15),
+        (None, 5),
+        (Some("acme"), 20),
+        (Some("other"), 25),
+    ] {
+        let mut job = new_job();
+        job.settings.tenant = tenant.map(str::to_owned);
+        job.created_at = created_at;
+        made.push((tenant, created_at, add_job_as(store, 1, "m", job, "00").await));
+    }
+    let (acme_done, other_done) = (made[4].2, made[2].2);
+    for id in [acme_done, other_done] {
+        assert!(store.set_job_state(id, JobState::Done, None, 40).await.unwrap());
+    }
+    let expected = |tenant: Option<&str>, state: Option<JobState>| {
+        let mut jobs: Vec<(i64, String)> = made
+            .iter()
+            .filter(|(t, _, _)| tenant.is_none() || *t == tenant)
+            .filter(|(_, _, id)| match state {
+                Some(JobState::Done) => [acme_done, other_done].contains(id),
+                Some(_) => ![acme_done, other_done].contains(id),
+                None => true,
+            })
+            .map(|(_, at, id)| (*at, id.to_string()))
+            .collect();
+        jobs.sort_by(|a, b| b.cmp(a));
+        jobs.into_iter().map(|(_, id)| id).collect::<Vec<_>>()
+    };
+    let pages = |tenant, state, limit| async move {
+        let mut listed = Vec::new();
+        let mut sizes = Vec::new();
+        let mut before = None;
+        loop {
+            let filter = JobFilter { tenant, state, before, limit };
+            let page = store.list_jobs(filter).await.unwrap();
+            sizes.push(page.len());
+            let Some(last) = page.last() else { return (listed, sizes) };
+            before = Some(last.id);
+            for job in page {
+                if tenant.is_some() {
+                    assert_eq!(job.settings.tenant.as_deref(), tenant, "only the tenant's jobs");
+                }
+                listed.push(job.id.to_string());
+            }
+        }
+    };
+
+    let (acme, sizes) = pages(Some("acme"), None, 2).await;
+    assert_eq!(acme, expected(Some("acme"), None));
+    assert_eq!(sizes, [2, 2, 1, 0]);
+    let (all, sizes) = pages(None, None, 3).await;
+    assert_eq!(all, expected(None, None));
+    assert_eq!(sizes, [3, 3, 3, 1, 0]);
+    let (other, _) = pages(Some("other"), None, 10).await;
+    assert_eq!(other, expected(Some("other"), None));
+    assert!(other.iter().all(|id| !acme.contains(id)), "never another tenant's jobs");
+
+    // A state: pending ones in pages, the done ones alone.
+    let (pending, sizes) = pages(Some("acme"), Some(JobState::Pending), 2).await;
+    assert_eq!(pending, expected(Some("acme"), Some(JobState::Pending)));
+    assert_eq!(sizes, [2, 2, 0]);
+    let (done, _) = pages(Some("acme"), Some(JobState::Done), 2).await;
+    assert_eq!(done, vec![acme_done.to_string()]);
+    let (done, _) = pages(None, Some(JobState::Done), 1).await;
+    assert_eq!(done, expected(None, Some(JobState::Done)));
+    assert_eq!(done.len(), 2);
+
+    // No such tenant, no such cursor, no room.
+    assert!(pages(Some("nobody"), None, 5).await.0.is_empty());
+    let unknown = JobFilter { tenant: None, state: None, before: Some(JobId::new()), limit: 5 };
+    assert!(store.list_jobs(unknown).await.unwrap().is_empty());
+    let none = JobFilter { tenant: Some("acme"), state: None, before: None, limit: 0 };
+    assert!(store.list_jobs(none).await.unwrap().is_empty());
+    // A page of one tenant's jobs after another tenant's job: positioned by it, still acme's.
+    let after_other =
+        JobFilter { tenant: Some("acme"), state: None, before: Some(made[9].2), limit: 10 };
+    let listed: Vec<String> =
+        store.list_jobs(after_other).await.unwrap().iter().map(|j| j.id.to_string()).collect();
+    assert_eq!(listed, expected(Some("acme"), None)[1..]);
+}
+
 /// Runs the whole suite against a backend: `factory` is an `async fn() -> Fresh`.
 #[macro_export]
 macro_rules! store_conformance {
@@ -1259,6 +1389,8 @@ macro_rules! store_conformance {
             twins_wait_and_answers_are_reused_only_when_checked_and_approved,
             verdicts_apply_to_ended_requests_and_reopen_the_job,
             usage_is_counted_once_per_attempt,
+            tenants_are_found_by_token_refused_twice_and_revoked,
+            jobs_are_listed_newest_first_in_keyset_pages,
         );
     };
     (@checks $factory:path; $($check:ident,)+) => {

@@ -1,7 +1,8 @@
 //! tranche's persistence as traits and records: jobs, requests, tranches, attempts, provider
-//! files and leases. Backends (`tranche-store-sqlite`, `tranche-store-postgres`) implement every
-//! trait, read their rows into records through `rows`, and pass the conformance suite
-//! (`conformance`, behind the feature of that name); the engine and the CLI see only the traits.
+//! files, leases and tenants. Backends (`tranche-store-sqlite`, `tranche-store-postgres`)
+//! implement every trait, read their rows into records through `rows`, and pass the
+//! conformance suite (`conformance`, behind the feature of that name); the engine and the CLI
+//! see only the traits.
 //!
 //! A store holds no business rules: it records what the engine decides and answers what it
 //! asks. Timestamps are given by the caller (unix seconds), except that leases are judged by
@@ -18,5 +19,6 @@ pub use error::{DuplicateCustomId, StoreError, StoreResult};
 pub use records::*;
 pub use traits::{
     AnswerStore, BlobIndex, DeploymentStore, FileStore, IngestStore, IngestWriter, JobStore,
-    JobWriter, LeaseStore, PlanStore, PruneStore, QueryStore, Store, TrancheStore, UsageStore,
+    JobWriter, LeaseStore, PlanStore, PruneStore, QueryStore, Store, TenantStore, TrancheStore,
+    UsageStore,
 };

@@ -114,6 +114,32 @@ pub struct JobRecord {
     pub paused: Option<serde_json::Value>,
 }
 
+/// A tenant of the HTTP server: a name and whether it may act for every tenant. The token it
+/// authenticates with is stored only as its SHA-256, never here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TenantRecord {
+    pub name: String,
+    /// May see and act on every tenant's jobs, and manage tenants.
+    pub admin: bool,
+    pub created_at: i64,
+    /// When its token was revoked; a revoked tenant authenticates no more.
+    pub revoked_at: Option<i64>,
+}
+
+/// Which jobs a list shows: newest first by (created_at, id), a page at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobFilter<'a> {
+    /// Only jobs recorded with this tenant (`None`: every job, with or without one).
+    pub tenant: Option<&'a str>,
+    /// Only jobs in this state.
+    pub state: Option<JobState>,
+    /// The keyset cursor: only jobs after this one in the list's order (the next page). A job
+    /// this store does not know lists nothing.
+    pub before: Option<JobId>,
+    /// At most this many jobs.
+    pub limit: u32,
+}
+
 /// How many of a job's requests are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestCounts {

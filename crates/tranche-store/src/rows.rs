@@ -9,8 +9,8 @@ use tranche_core::{AccountId, EngineId, TokenUsage};
 
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
-    AttemptInfo, InputBody, JobRecord, OutputRef, ResultRow, Review, ReviewVerdict, TrancheRecord,
-    UsageRow,
+    AttemptInfo, InputBody, JobRecord, OutputRef, ResultRow, Review, ReviewVerdict, TenantRecord,
+    TrancheRecord, UsageRow,
 };
 
 /// A value a row of database `DB` can be read as.
@@ -152,6 +152,16 @@ fn review_from_row(row: &impl StoredRow) -> StoreResult<Option<Review>> {
         by: row.opt_text("reviewed_by")?.unwrap_or_default(),
         at: row.opt_int("reviewed_at")?.unwrap_or_default(),
     }))
+}
+
+/// A tenant from a row of `tenants` (its token's hash is never read back).
+pub fn tenant_from_row(row: &impl StoredRow) -> StoreResult<TenantRecord> {
+    Ok(TenantRecord {
+        name: row.text("name")?,
+        admin: row.flag("admin")?,
+        created_at: row.int("created_at")?,
+        revoked_at: row.opt_int("revoked_at")?,
+    })
 }
 
 /// A tranche from a row of `tranches`.

@@ -1,5 +1,5 @@
 //! What a store can do, one trait per capability: jobs, views, planning and claims, tranches,
-//! provider files, ingest and leases. Every backend implements all of them (`Store`) and
+//! provider files, ingest, leases and tenants. Every backend implements all of them (`Store`) and
 //! passes the conformance suite; the engine and the CLI see only these traits.
 //!
 //! Timestamps in records are given by the caller (unix seconds by the engine's clock); leases
@@ -27,6 +27,11 @@ pub trait JobStore: Send + Sync {
 
     /// The newest jobs first.
     async fn recent_jobs(&self, limit: u32) -> StoreResult<Vec<JobRecord>>;
+
+    /// Jobs as `filter` picks them, newest first by (created_at, id): a tenant's or every
+    /// job, in one state or any, starting after the cursor job `before` (keyset pages, served
+    /// by an index on (tenant, created_at, id) and one on (created_at, id)).
+    async fn list_jobs(&self, filter: JobFilter<'_>) -> StoreResult<Vec<JobRecord>>;
 
     /// Jobs that are not in a terminal state.
     async fn open_jobs(&self) -> StoreResult<Vec<JobRecord>>;
@@ -495,6 +500,31 @@ pub trait UsageStore: Send + Sync {
     async fn usage_since(&self, since: i64, tenant: Option<&str>) -> StoreResult<Vec<UsageRow>>;
 }
 
+/// The HTTP server's tenants and the tokens they authenticate with, kept only as SHA-256 hex
+/// (the token itself is never stored). A name has at most one unrevoked token; a revoked
+/// name may be added again, with a new one.
+#[async_trait::async_trait]
+pub trait TenantStore: Send + Sync {
+    /// Records a tenant with its token's hash. Returns false, recording nothing, when an
+    /// unrevoked tenant of that name exists.
+    async fn add_tenant(
+        &self,
+        name: &str,
+        token_hash: &str,
+        admin: bool,
+        at: i64,
+    ) -> StoreResult<bool>;
+
+    /// The unrevoked tenant whose token has this hash.
+    async fn tenant_by_token(&self, token_hash: &str) -> StoreResult<Option<TenantRecord>>;
+
+    /// Every tenant ever added, revoked ones included, by name (then as added).
+    async fn tenants(&self) -> StoreResult<Vec<TenantRecord>>;
+
+    /// Revokes the unrevoked tenant of that name. Returns whether there was one.
+    async fn revoke_tenant(&self, name: &str, at: i64) -> StoreResult<bool>;
+}
+
 /// A whole store: every capability, one backend.
 #[async_trait::async_trait]
 pub trait Store:
@@ -510,6 +540,7 @@ pub trait Store:
     + BlobIndex
     + AnswerStore
     + UsageStore
+    + TenantStore
     + std::fmt::Debug
 {
     /// Closes every connection (SQLite checkpoints its log).

@@ -80,7 +80,7 @@ pub enum Command {
     /// where it is; afterwards, use the same blob store (or data folder) with
     /// `--db postgres://...`. A job in flight moves too, and workers on PostgreSQL continue it,
     /// but stop every worker on the SQLite store first: what they write after the copy began is
-    /// not moved. Refused when the target already holds jobs or tranches.
+    /// not moved. Refused when the target already holds jobs, tranches or tenants.
     Migrate(MigrateArgs),
 }
 
@@ -655,7 +655,7 @@ pub struct FilesCleanupArgs {
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
     /// The PostgreSQL database to move into: postgres://USER@HOST/DB (it must exist and hold
-    /// no job).
+    /// no job, tranche or tenant).
     #[arg(long)]
     pub to: String,
     /// Print `{"tables": {"jobs": N, ...}}`.
