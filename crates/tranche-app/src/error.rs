@@ -1,6 +1,6 @@
 //! The application layer's error type: what a use case could not do, and whether the caller
-//! asked for something impossible (bad input, unknown job, bad configuration) or the system
-//! failed.
+//! asked for something impossible (bad input, unknown job or tenant, bad configuration) or the
+//! system failed.
 
 use std::path::PathBuf;
 
@@ -38,6 +38,13 @@ pub enum AppError {
         "job {id} is not awaiting review (it is {state}); only a job run with --review-sample waits for one, once its requests are answered"
     )]
     NotAwaitingReview { id: JobId, state: JobState },
+    /// A tenant name that cannot be one (empty, too long, `:` or a control character).
+    #[error("{name:?} is not a tenant name: {reason}")]
+    BadTenantName { name: String, reason: &'static str },
+    #[error("tenant `{0}` exists already (revoke it first to give it a new token)")]
+    TenantExists(String),
+    #[error("no tenant `{0}` with a live token in this store")]
+    NoSuchTenant(String),
     /// Configuration that cannot work: a bad value in a flag, the environment or the file.
     #[error("{0}")]
     Config(String),
@@ -53,7 +60,8 @@ pub enum AppError {
 
 impl AppError {
     /// Whether the caller asked for something that cannot be done (the CLI exits 2): bad
-    /// input, an unknown or finished job, bad configuration.
+    /// input, an unknown or finished job, a bad, taken or unknown tenant name, bad
+    /// configuration.
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
@@ -64,6 +72,9 @@ impl AppError {
                 | Self::NoSuchJob(_)
                 | Self::NotAwaitingReview { .. }
                 | Self::JobEnded { .. }
+                | Self::BadTenantName { .. }
+                | Self::TenantExists(_)
+                | Self::NoSuchTenant(_)
                 | Self::Config(_)
         )
     }

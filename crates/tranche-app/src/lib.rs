@@ -1,5 +1,5 @@
 //! tranche's application layer: the use cases the CLI and the HTTP server share (submit, views,
-//! export, cancel, cost) and the deployment's layered configuration. Callers go through [`App`];
+//! export, cancel, cost, tenants and their tokens) and the deployment's layered configuration. Callers go through [`App`];
 //! only this crate and the engine touch the store, and only through its traits.
 
 mod config;
@@ -10,6 +10,7 @@ mod export;
 mod migrate;
 mod providers;
 mod review;
+mod tenants;
 mod views;
 
 use std::io::Write;
@@ -36,12 +37,13 @@ pub use export::{ExportFormat, ExportOptions};
 pub use migrate::{MigrationReport, migrate_sqlite_to_postgres};
 pub use providers::{ProviderOptions, provider, providers};
 pub use review::{DEFAULT_SAMPLE, ReviewItem, default_seed};
+pub use tenants::Tenant;
 pub use tranche_engine::{
     CleanupOptions, CleanupReport, Engine, EngineConfig, EngineError, FileAudit, FilesError,
     Providers, PruneReport, ReparseError, ReparseReport, Submitted, Until,
 };
 pub use tranche_store::JobRecord as Job;
-pub use tranche_store::Rejected;
+pub use tranche_store::{JobFilter, Rejected, TenantRecord};
 pub use views::{
     CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Waiting, upstream_text,
 };
