@@ -71,6 +71,9 @@ pub enum Command {
     /// What a job cost (or everything since a day), against what it would have cost
     /// synchronously; or, with `estimate FILE`, the most a file may cost before it runs.
     Cost(CostArgs),
+    /// The HTTP server's tenants and their bearer tokens: add one (its token printed once;
+    /// only its SHA-256 is stored), list them, revoke one.
+    Tenants(TenantsArgs),
     /// Serve the provider simulator on localhost.
     Sim(SimArgs),
     /// Move this SQLite store (--db, or <data-dir>/tranche.db) into an empty PostgreSQL
@@ -650,6 +653,46 @@ pub struct FilesCleanupArgs {
     /// Print JSON: `{"accounts": [...]}`, each with the files deleted.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TenantsArgs {
+    #[command(subcommand)]
+    pub command: TenantsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Add a tenant and print its new bearer token, alone on the last line; it is shown only
+    /// this once.
+    Add(TenantAddArgs),
+    /// Every tenant ever added: name, admin, created, revoked.
+    List(TenantListArgs),
+    /// Revoke a tenant's token: it authenticates no more, and the name may be added again.
+    Revoke(TenantRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TenantAddArgs {
+    /// The tenant's name: the `--tenant` its jobs are recorded with (at most 64 characters,
+    /// no `:`).
+    pub name: String,
+    /// May see and act on every tenant's jobs, and manage tenants.
+    #[arg(long)]
+    pub admin: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TenantListArgs {
+    /// Print `[{"name", "admin", "created_at", "revoked_at"}]` (unix seconds).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TenantRevokeArgs {
+    /// The tenant.
+    pub name: String,
 }
 
 #[derive(Debug, Args)]

@@ -60,6 +60,9 @@ fn main() -> ExitCode {
                 with_app(global, |app| commands::files::run(app, global, args)).await
             }
             Command::Cost(args) => commands::cost::run(global, args).await,
+            Command::Tenants(args) => {
+                with_app(global, |app| commands::tenants::run(app, args)).await
+            }
             Command::Sim(args) => commands::sim::run(args).await,
             Command::Migrate(args) => commands::migrate::run(global, args).await,
         }

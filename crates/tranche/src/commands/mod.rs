@@ -12,4 +12,5 @@ pub mod review;
 pub mod run;
 pub mod sim;
 pub mod status;
+pub mod tenants;
 pub mod worker;
