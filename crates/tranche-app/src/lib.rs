@@ -123,6 +123,52 @@ impl App {
             .map_err(|e| AppError::from_submit(e, Some(path.to_owned())))
     }
 
+    /// Accepts the JSONL lines `input` gives as one job (streamed: lines are read as they come,
+    /// never held whole), or refuses it whole. `source` names where it came from, for display.
+    pub async fn submit<R: tokio::io::AsyncBufRead + Unpin>(
+        &self,
+        engine: &Engine,
+        input: R,
+        provider: ProviderKind,
+        settings: JobSettings,
+        source: Option<String>,
+    ) -> Result<Submitted, AppError> {
+        engine
+            .submit(input, provider, settings, source)
+            .await
+            .map_err(|e| AppError::from_submit(e, None))
+    }
+
+    /// A job's results as `export` writes them, as a stream of chunks of whole lines that
+    /// owns what it reads (for a server's response body): produced by a task of its own, a
+    /// few chunks ahead of the reader.
+    pub fn export_stream(
+        &self,
+        job: JobRecord,
+        options: ExportOptions,
+    ) -> futures::stream::BoxStream<'static, Result<Vec<u8>, AppError>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let app = self.clone();
+        tokio::spawn(async move {
+            let chunks = export::result_chunks(&*app.store, &app.blobs, &job, options);
+            let mut chunks = std::pin::pin!(chunks);
+            loop {
+                let next = match chunks.try_next().await {
+                    Ok(Some((chunk, _))) => Ok(chunk),
+                    Ok(None) => break,
+                    Err(e) => Err(e),
+                };
+                let failed = next.is_err();
+                if tx.send(next).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        }))
+    }
+
     /// The job a caller names (`job_…`).
     pub async fn find_job(&self, text: &str) -> Result<JobRecord, AppError> {
         let id = text.parse::<JobId>().map_err(|_| AppError::BadJobId(text.to_owned()))?;

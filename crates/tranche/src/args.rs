@@ -74,6 +74,8 @@ pub enum Command {
     /// The HTTP server's tenants and their bearer tokens: add one (its token printed once;
     /// only its SHA-256 is stored), list them, revoke one.
     Tenants(TenantsArgs),
+    /// Serve the HTTP API (and, unless --no-worker, a worker) until SIGTERM or ctrl-c.
+    Serve(ServeArgs),
     /// Serve the provider simulator on localhost.
     Sim(SimArgs),
     /// Move this SQLite store (--db, or <data-dir>/tranche.db) into an empty PostgreSQL
@@ -329,6 +331,29 @@ pub struct SubmitArgs {
     /// Print `{"job_id": ...}`.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where the API listens (port 0: any free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8400")]
+    pub addr: std::net::SocketAddr,
+    /// Serve the API only; workers elsewhere on the same store carry the jobs out.
+    #[arg(long)]
+    pub no_worker: bool,
+    /// The most bytes one submission's body may have (more is 413).
+    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    pub max_body_bytes: u64,
+    /// The most requests one job may have (more is 413).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub max_requests_per_job: u64,
+    /// Submissions taken in at once (more are answered 429).
+    #[arg(long, default_value_t = 8)]
+    pub max_concurrent_intake: usize,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 #[derive(Debug, Args)]

@@ -63,6 +63,9 @@ fn main() -> ExitCode {
             Command::Tenants(args) => {
                 with_app(global, |app| commands::tenants::run(app, args)).await
             }
+            Command::Serve(args) => {
+                with_app(global, |app| commands::serve::run(app, global, args)).await
+            }
             Command::Sim(args) => commands::sim::run(args).await,
             Command::Migrate(args) => commands::migrate::run(global, args).await,
         }

@@ -10,6 +10,7 @@ pub mod reparse;
 pub mod results;
 pub mod review;
 pub mod run;
+pub mod serve;
 pub mod sim;
 pub mod status;
 pub mod tenants;

@@ -1,0 +1,288 @@
+//! `tranche serve` through HTTP only, against `tranche sim`, with a fresh store: a job submitted
+//! as JSON and as streamed NDJSON, followed to its end and its results downloaded matched; every
+//! endpoint refuses another tenant's job as if it did not exist; errors keep tranche's envelope;
+//! limits answer 413 and 429; SIGTERM stops the server cleanly.
+
+#![expect(clippy::unwrap_used, clippy::panic, reason = "a test fails loudly")]
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Env, Sim, text};
+
+/// A tenant's bearer token: the last line `tranche tenants add` prints.
+fn tenant(env: &Env, name: &str, extra: &[&str]) -> String {
+    let out = env.tranche().args(["tenants", "add", name]).args(extra).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8(out.stdout).unwrap().lines().last().unwrap().trim().to_owned()
+}
+
+/// `tranche serve` on a free port, and its base URL.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(env: &Env, sim_openai: &str, extra: &[&str]) -> Self {
+        let mut child = env
+            .tranche()
+            .args(["serve", "--addr", "127.0.0.1:0", "--base-url", sim_openai])
+            .args(["--poll-interval", "0.1"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        let url = first.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("{first}"));
+        Self { child, url: url.to_owned() }
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "serve exited {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn requests(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            json!({"key": format!("doc:{i}"), "body": {"model": "gpt-4o-mini",
+                   "messages": [{"role": "user", "content": format!("doc:{i} says hello")}]}})
+        })
+        .collect()
+}
+
+async fn wait_done(client: &reqwest::Client, url: &str, token: &str, job: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status: Value = client
+            .get(format!("{url}/v1/jobs/{job}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if status["state"] == "done" {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the job did not finish: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let acme = tenant(&env, "acme", &[]);
+    let other = tenant(&env, "other", &[]);
+    let admin = tenant(&env, "ops", &["--admin"]);
+    let server = Server::start(&env, &sim.openai, &["--max-body-bytes", "200000"]);
+    let url = server.url.clone();
+    let client = reqwest::Client::new();
+
+    // Liveness needs no token; /v1 does.
+    assert_eq!(client.get(format!("{url}/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(client.get(format!("{url}/readyz")).send().await.unwrap().status(), 200);
+    let anonymous = client.get(format!("{url}/v1/jobs")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let body: Value = anonymous.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "authentication");
+    let forged = client.get(format!("{url}/v1/jobs")).bearer_auth("trn_forged").send().await;
+    assert_eq!(forged.unwrap().status(), 401);
+
+    // A JSON submission: 202 once committed, then followed to its end.
+    let job = json!({"settings": {"task": "greet"}, "requests": requests(20)});
+    let response =
+        client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&job).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    let accepted: Value = response.json().await.unwrap();
+    assert_eq!(accepted["accepted"], 20);
+    let id = accepted["job_id"].as_str().unwrap().to_owned();
+    let status = wait_done(&client, &url, &acme, &id).await;
+    assert_eq!(status["counts"]["succeeded"], 20, "{status}");
+    assert_eq!(status["tenant"], "acme");
+
+    // Results: one line per request, each its own answer, as NDJSON.
+    let response =
+        client.get(format!("{url}/v1/jobs/{id}/results")).bearer_auth(&acme).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let body = response.text().await.unwrap();
+    let lines: Vec<Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 20);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["custom_id"], format!("acme::doc:{i}:greet:v1"));
+        let answer = line["output"]["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(answer.contains(&format!("doc:{i} says hello")), "{line}");
+    }
+    let failed = client
+        .get(format!("{url}/v1/jobs/{id}/results?status=failed"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.text().await.unwrap(), "", "no failed request");
+    let cost: Value = client
+        .get(format!("{url}/v1/jobs/{id}/cost"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cost["job_id"], id.as_str());
+    assert!(cost["cost"].as_f64().unwrap() > 0.0, "{cost}");
+
+    // Another tenant sees nothing of it, anywhere; an admin sees it.
+    for (method, path) in [
+        ("GET", format!("/v1/jobs/{id}")),
+        ("GET", format!("/v1/jobs/{id}/results")),
+        ("GET", format!("/v1/jobs/{id}/cost")),
+        ("POST", format!("/v1/jobs/{id}/cancel")),
+    ] {
+        let request = match method {
+            "GET" => client.get(format!("{url}{path}")),
+            _ => client.post(format!("{url}{path}")),
+        };
+        let response = request.bearer_auth(&other).send().await.unwrap();
+        assert_eq!(response.status(), 404, "{method} {path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "not_found", "{method} {path}");
+    }
+    let listed: Value = client
+        .get(format!("{url}/v1/jobs"))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["jobs"], json!([]), "{listed}");
+    let shown = client.get(format!("{url}/v1/jobs/{id}")).bearer_auth(&admin).send().await;
+    assert_eq!(shown.unwrap().status(), 200, "an admin sees every tenant's jobs");
+
+    // NDJSON streamed, settings in the query string.
+    let ndjson: String = requests(5)
+        .iter()
+        .map(|r| format!("{}\n", json!({"key": r["key"], "body": r["body"]})))
+        .collect();
+    let response = client
+        .post(format!("{url}/v1/jobs?task=stream&max_attempts=2"))
+        .bearer_auth(&acme)
+        .header("content-type", "application/x-ndjson")
+        .body(ndjson)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let second: Value = response.json().await.unwrap();
+    assert_eq!(second["accepted"], 5);
+    let second = second["job_id"].as_str().unwrap().to_owned();
+    wait_done(&client, &url, &acme, &second).await;
+
+    // The caller's jobs, newest first, a page at a time.
+    let page: Value = client
+        .get(format!("{url}/v1/jobs?limit=1"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["jobs"][0]["job_id"], second.as_str(), "{page}");
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let next: Value = client
+        .get(format!("{url}/v1/jobs?limit=1&cursor={cursor}"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(next["jobs"][0]["job_id"], id.as_str(), "{next}");
+
+    // Bad input: 400, every bad line located; nothing stored.
+    let good = requests(1).remove(0);
+    let bad = json!({"settings": {"task": "greet"}, "requests": [
+        good, {"key": "x"}, {"body": {"model": "m", "messages": []}}]});
+    let response =
+        client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&bad).send().await.unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    let lines: Vec<u64> =
+        body["error"]["details"].as_array().unwrap().iter().map(|d| d["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, [2, 3], "{body}");
+    let unknown = json!({"settings": {"tenant": "other"}, "requests": requests(1)});
+    let response =
+        client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&unknown).send().await.unwrap();
+    assert_eq!(response.status(), 400, "a tenant cannot be chosen");
+    // Too large: 413 in the envelope, for JSON and for NDJSON alike.
+    let huge = json!({"settings": {"task": "greet"}, "requests": requests(2_000)});
+    let response =
+        client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&huge).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "too_large");
+    let huge: String = requests(2_000).iter().map(|r| format!("{r}\n")).collect();
+    let response = client
+        .post(format!("{url}/v1/jobs?task=big"))
+        .bearer_auth(&acme)
+        .header("content-type", "application/x-ndjson")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    // Cancelling an ended job is a conflict; an unknown path is 404 in the envelope.
+    let response =
+        client.post(format!("{url}/v1/jobs/{id}/cancel")).bearer_auth(&acme).send().await.unwrap();
+    assert_eq!(response.status(), 409);
+    let response = client.get(format!("{url}/v2/nothing")).send().await.unwrap();
+    assert_eq!(response.status(), 404);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "not_found");
+    let listed: Value = client
+        .get(format!("{url}/v1/jobs"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 2, "refused jobs left nothing");
+
+    server.stop();
+}
