@@ -45,7 +45,8 @@ pub use tranche_engine::{
 pub use tranche_store::JobRecord as Job;
 pub use tranche_store::{JobFilter, Rejected, TenantRecord};
 pub use views::{
-    CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Waiting, upstream_text,
+    CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Upstream, Waiting,
+    upstream_text,
 };
 
 /// A job's results exported into the blob store. Its keys are printed as JSON: add, never
@@ -233,6 +234,7 @@ impl App {
             tranches,
             tokens: store.job_tokens(job.id).await?,
             files: store.job_file_counts(job.id).await?,
+            upstream: job.last_error.as_ref().or(job.paused.as_ref()).and_then(Upstream::of),
             error: job.last_error.clone().or_else(|| job.paused.clone()),
             waiting,
             leases,

@@ -73,6 +73,9 @@ pub struct JobStatus {
     pub files: FileCounts,
     /// The upstream error that stopped the job, if one did.
     pub error: Option<serde_json::Value>,
+    /// The same error's provider facts, as the provider gave them (`400 quotaExceeded` stays
+    /// `400 quotaExceeded`), when the error came from a provider.
+    pub upstream: Option<Upstream>,
     pub waiting: Vec<Waiting>,
     pub leases: Vec<Leased>,
     /// Who approved or rejected its answers and when, once someone did.
@@ -119,6 +122,38 @@ pub enum Outcome {
     /// The provider's file storage is full with nothing of tranche's to free it: the job waits
     /// for room (a worker resumes it); the upstream error.
     Paused(serde_json::Value),
+}
+
+/// What a provider answered, kept with a job it stopped: its own status, code, type, message
+/// and request id. Printed as JSON: exact keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Upstream {
+    pub provider: String,
+    pub status: Option<u16>,
+    pub code: Option<String>,
+    #[serde(rename = "type")]
+    pub error_type: Option<String>,
+    pub message: String,
+    pub request_id: Option<String>,
+}
+
+impl Upstream {
+    /// The provider facts of a stored error (an `UpstreamError` or a line error, as JSON);
+    /// `None` for an error that names no provider.
+    pub fn of(error: &serde_json::Value) -> Option<Self> {
+        let text = |name: &str| error.get(name).and_then(|v| v.as_str()).map(str::to_owned);
+        Some(Self {
+            provider: text("provider")?,
+            status: error
+                .get("status")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|s| u16::try_from(s).ok()),
+            code: text("code"),
+            error_type: text("error_type").or_else(|| text("type")),
+            message: text("message").unwrap_or_default(),
+            request_id: text("request_id"),
+        })
+    }
 }
 
 /// `openai returned 400 code: message (request id …)` from a stored upstream error.

@@ -124,7 +124,12 @@ mod tests {
             (ApiError::bad_input("x"), 400, "invalid_request", "invalid_input"),
             (ApiError::Unauthorized, 401, "authentication", "missing_token"),
             (ApiError::NotFound("no job".into()), 404, "not_found", "not_found"),
-            (ApiError::Conflict { code: "job_ended", message: "m".into() }, 409, "conflict", "job_ended"),
+            (
+                ApiError::Conflict { code: "job_ended", message: "m".into() },
+                409,
+                "conflict",
+                "job_ended",
+            ),
             (ApiError::TooLarge("big".into()), 413, "too_large", "too_large"),
             (ApiError::TooManyRequests("busy".into()), 429, "rate_limited", "intake_busy"),
             (ApiError::Internal("db down".into()), 500, "internal", "internal"),
@@ -132,7 +137,10 @@ mod tests {
         for (error, status, kind, code) in cases {
             assert_eq!(error.status().as_u16(), status);
             let body = error.body();
-            assert_eq!((body["error"]["type"].as_str(), body["error"]["code"].as_str()), (Some(kind), Some(code)));
+            assert_eq!(
+                (body["error"]["type"].as_str(), body["error"]["code"].as_str()),
+                (Some(kind), Some(code))
+            );
             assert!(body["error"]["message"].is_string());
             assert!(body["error"].as_object().unwrap().contains_key("details"));
         }

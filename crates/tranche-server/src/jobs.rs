@@ -223,11 +223,15 @@ pub async fn list(
     let limit = query.limit.unwrap_or(20).clamp(1, MAX);
     let before = query
         .cursor
-        .map(|c| c.parse::<JobId>().map_err(|_| ApiError::bad_input(format!("cursor={c} is not a job id"))))
+        .map(|c| {
+            c.parse::<JobId>()
+                .map_err(|_| ApiError::bad_input(format!("cursor={c} is not a job id")))
+        })
         .transpose()?;
     let filter = JobFilter { tenant: caller.scope(), state: query.state, before, limit };
     let rows = state.app.list_jobs(filter).await?;
-    let next_cursor = (rows.len() as u32 == limit).then(|| rows.last().map(|r| r.job.id.to_string())).flatten();
+    let next_cursor =
+        (rows.len() as u32 == limit).then(|| rows.last().map(|r| r.job.id.to_string())).flatten();
     let jobs: Vec<Listed> = rows
         .into_iter()
         .map(|row| Listed {

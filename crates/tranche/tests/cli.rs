@@ -505,6 +505,16 @@ fn quota_exceeded_is_shown_verbatim_and_exits_3() {
     assert_eq!(error["provider"], "azure");
     assert_eq!(error["status"], 400);
     assert_eq!(error["code"], "quotaExceeded");
+    // Beside it, the provider's own facts under exact keys.
+    let upstream = &status[0]["upstream"];
+    assert_eq!(
+        (upstream["provider"].as_str(), upstream["status"].as_u64()),
+        (Some("azure"), Some(400))
+    );
+    assert_eq!(upstream["code"], "quotaExceeded");
+    assert!(upstream["message"].as_str().unwrap().contains("The maximum is 500"), "{upstream}");
+    let keys: Vec<&str> = upstream.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys.len(), 6, "provider, status, code, type, message, request_id: {upstream}");
     // Nothing of tranche's holds files there: the job is paused, not failed...
     assert_eq!(
         (status[0]["state"].as_str(), status[0]["paused"].as_bool()),

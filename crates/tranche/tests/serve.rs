@@ -241,12 +241,21 @@ async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
         client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&bad).send().await.unwrap();
     assert_eq!(response.status(), 400);
     let body: Value = response.json().await.unwrap();
-    let lines: Vec<u64> =
-        body["error"]["details"].as_array().unwrap().iter().map(|d| d["line"].as_u64().unwrap()).collect();
+    let lines: Vec<u64> = body["error"]["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["line"].as_u64().unwrap())
+        .collect();
     assert_eq!(lines, [2, 3], "{body}");
     let unknown = json!({"settings": {"tenant": "other"}, "requests": requests(1)});
-    let response =
-        client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&unknown).send().await.unwrap();
+    let response = client
+        .post(format!("{url}/v1/jobs"))
+        .bearer_auth(&acme)
+        .json(&unknown)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 400, "a tenant cannot be chosen");
     // Too large: 413 in the envelope, for JSON and for NDJSON alike.
     let huge = json!({"settings": {"task": "greet"}, "requests": requests(2_000)});
@@ -284,5 +293,44 @@ async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
         .unwrap();
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 2, "refused jobs left nothing");
 
+    server.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_failure_shows_on_the_job_with_the_providers_own_status_and_code() {
+    let env = Env::new();
+    let config = env.write(
+        "sim.json",
+        r#"{"faults": [{"provider": "azure", "operation": "upload", "status": 400, "code": "quotaExceeded",
+            "message": "The quota for files without expiry is reached. The maximum is 500."}]}"#,
+    );
+    let sim = Sim::start(&["--config", config.to_str().unwrap()]);
+    let acme = tenant(&env, "acme", &[]);
+    let server = Server::start(&env, &sim.openai, &["--azure-endpoint", &sim.azure]);
+    let url = server.url.clone();
+    let client = reqwest::Client::new();
+    let job = json!({"settings": {"task": "t", "provider": "azure"}, "requests": requests(3)});
+    let response =
+        client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&job).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    let id = response.json::<Value>().await.unwrap()["job_id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let response =
+            client.get(format!("{url}/v1/jobs/{id}")).bearer_auth(&acme).send().await.unwrap();
+        assert_eq!(response.status(), 200, "the job's call succeeds: the failure is the job's");
+        let status: Value = response.json().await.unwrap();
+        if !status["upstream"].is_null() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no upstream error shown: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let upstream = &status["upstream"];
+    assert_eq!(upstream["provider"], "azure");
+    assert_eq!(upstream["status"], 400, "{status}");
+    assert_eq!(upstream["code"], "quotaExceeded", "{status}");
+    assert!(upstream["message"].as_str().unwrap().contains("maximum is 500"), "{status}");
+    assert_eq!(status["paused"], true, "nothing failed: the job waits for room");
     server.stop();
 }
