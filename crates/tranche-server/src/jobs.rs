@@ -118,7 +118,7 @@ fn too_large(limits: crate::Limits) -> ApiError {
 }
 
 /// The caller's job `id`, or "no such job" (another tenant's job looks the same).
-async fn owned(state: &ApiState, caller: &Caller, id: &str) -> Result<Job, ApiError> {
+pub(crate) async fn owned(state: &ApiState, caller: &Caller, id: &str) -> Result<Job, ApiError> {
     let not_found = || ApiError::NotFound(format!("no job {id}"));
     let id: JobId = id.parse().map_err(|_| not_found())?;
     let job = state.app.job(id).await.map_err(|_| not_found())?;

@@ -8,8 +8,10 @@
 
 mod auth;
 mod error;
+mod events;
 mod health;
 mod jobs;
+mod review;
 mod settings;
 
 use std::sync::Arc;
@@ -70,7 +72,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/cancel", post(jobs::cancel))
         .route("/jobs/{id}/results", get(jobs::results))
-        .route("/jobs/{id}/cost", get(jobs::cost));
+        .route("/jobs/{id}/cost", get(jobs::cost))
+        .route("/jobs/{id}/events", get(events::events))
+        .route("/jobs/{id}/review", get(review::show))
+        .route("/jobs/{id}/approve", post(review::approve))
+        .route("/jobs/{id}/reject", post(review::reject));
     Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(health::healthz))

@@ -334,3 +334,121 @@ async fn an_upstream_failure_shows_on_the_job_with_the_providers_own_status_and_
     assert_eq!(status["paused"], true, "nothing failed: the job waits for room");
     server.stop();
 }
+
+/// The events of an SSE stream, as (id, event, data), each sent on `tx` as it arrives, until
+/// the `end` event.
+async fn read_events(
+    response: reqwest::Response,
+    tx: tokio::sync::mpsc::UnboundedSender<(u64, String, Value)>,
+) {
+    use futures::StreamExt;
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    while let Some(chunk) = stream.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let (mut id, mut name, mut data) = (None, String::new(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    name = v.trim().to_owned();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
+                }
+            }
+            let Some(id) = id else { continue }; // a keep-alive comment
+            let done = name == "end";
+            tx.send((id, name, serde_json::from_str(&data).unwrap())).unwrap();
+            if done {
+                return;
+            }
+        }
+    }
+    panic!("the stream closed before its end event")
+}
+
+async fn next_event(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(u64, String, Value)>,
+) -> (u64, String, Value) {
+    tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_arrive_in_order_and_a_review_decided_over_http_ends_the_job() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let acme = tenant(&env, "acme", &[]);
+    let server = Server::start(&env, &sim.openai, &[]);
+    let url = server.url.clone();
+    let client = reqwest::Client::new();
+    let job = json!({"settings": {"task": "greet", "review_sample": 3}, "requests": requests(6)});
+    let response =
+        client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&job).send().await.unwrap();
+    let id = response.json::<Value>().await.unwrap()["job_id"].as_str().unwrap().to_owned();
+    let stream =
+        client.get(format!("{url}/v1/jobs/{id}/events")).bearer_auth(&acme).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert!(stream.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(read_events(stream, tx));
+    let mut events = Vec::new();
+    // The stream follows the job until it waits for review...
+    loop {
+        let event = next_event(&mut rx).await;
+        let waiting = event.2["state"] == "needs_review";
+        events.push(event);
+        if waiting {
+            break;
+        }
+    }
+    // ...where the review shows 3 answers beside their inputs, and one is rejected.
+    let review: Value = client
+        .get(format!("{url}/v1/jobs/{id}/review"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let items = review["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3, "{review}");
+    assert!(items[0]["input"]["messages"].is_array(), "{review}");
+    let rejected = items[0]["custom_id"].as_str().unwrap().to_owned();
+    let response = client
+        .post(format!("{url}/v1/jobs/{id}/reject"))
+        .bearer_auth(&acme)
+        .json(&json!({"custom_ids": [rejected]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.json::<Value>().await.unwrap()["rejected"], 1);
+    // Decided once: approving now is a conflict.
+    let again =
+        client.post(format!("{url}/v1/jobs/{id}/approve")).bearer_auth(&acme).send().await.unwrap();
+    assert_eq!(again.status(), 409);
+    // The stream ends with the job.
+    loop {
+        let event = next_event(&mut rx).await;
+        let end = event.1 == "end";
+        events.push(event);
+        if end {
+            break;
+        }
+    }
+
+    let ids: Vec<u64> = events.iter().map(|(id, _, _)| *id).collect();
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "numbered in order: {ids:?}");
+    let states: Vec<&str> = events.iter().map(|(_, _, d)| d["state"].as_str().unwrap()).collect();
+    let (_, name, last) = events.last().unwrap();
+    assert_eq!((name.as_str(), last["state"].as_str()), ("end", Some("done")), "{states:?}");
+    assert_eq!(last["counts"]["failed"], 1, "the rejected answer");
+    let order = ["pending", "running", "needs_review", "done"];
+    let ranks: Vec<usize> =
+        states.iter().map(|s| order.iter().position(|o| o == s).unwrap()).collect();
+    assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "states never go back: {states:?}");
+    server.stop();
+}
