@@ -7,6 +7,7 @@ mod cost;
 mod database;
 mod error;
 mod export;
+mod idempotency;
 mod migrate;
 mod providers;
 mod review;
@@ -34,6 +35,7 @@ pub use cost::{
 };
 pub use error::AppError;
 pub use export::{ExportFormat, ExportOptions};
+pub use idempotency::STALE_CLAIM;
 pub use migrate::{MigrationReport, migrate_sqlite_to_postgres};
 pub use providers::{ProviderOptions, provider, providers};
 pub use review::{DEFAULT_SAMPLE, ReviewItem, default_seed};
@@ -43,7 +45,7 @@ pub use tranche_engine::{
     Providers, PruneReport, ReparseError, ReparseReport, Submitted, Until,
 };
 pub use tranche_store::JobRecord as Job;
-pub use tranche_store::{JobFilter, Rejected, TenantRecord};
+pub use tranche_store::{JobFilter, KeyClaim, Rejected, TenantRecord};
 pub use views::{
     CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Upstream, Waiting,
     upstream_text,

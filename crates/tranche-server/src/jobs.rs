@@ -2,22 +2,23 @@
 //! list, show, cancel, results (NDJSON) and cost, each for the caller's jobs only.
 
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
 use tokio::io::BufReader;
 use tokio_util::io::StreamReader;
-use tranche_app::{ExportOptions, Job, JobFilter};
+use tranche_app::{ExportOptions, Job, JobFilter, KeyClaim};
 use tranche_core::{JobId, JobState, RequestState};
 
 use crate::ApiState;
@@ -48,11 +49,51 @@ fn is_ndjson(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/x-ndjson"))
 }
 
-/// `POST /v1/jobs`.
+/// The `Idempotency-Key` header, if given: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    let key = value
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()));
+    key.map(|k| Some(k.to_owned())).ok_or_else(|| {
+        ApiError::bad_input("Idempotency-Key must be 1 to 255 visible ASCII characters")
+    })
+}
+
+/// A submission's fingerprint for its idempotency key: how it was sent (JSON or NDJSON), its
+/// query string and its body, hashed as they arrive.
+#[derive(Debug, Clone)]
+struct Fingerprint(Arc<Mutex<Sha256>>);
+
+impl Fingerprint {
+    fn new(ndjson: bool, query: Option<&str>) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(if ndjson { b"ndjson\n" as &[u8] } else { b"json\n" });
+        hasher.update(query.unwrap_or("").as_bytes());
+        hasher.update(b"\n");
+        Self(Arc::new(Mutex::new(hasher)))
+    }
+
+    fn update(&self, bytes: &[u8]) {
+        if let Ok(mut hasher) = self.0.lock() {
+            hasher.update(bytes);
+        }
+    }
+
+    fn hex(&self) -> String {
+        self.0.lock().map(|h| hex::encode(h.clone().finalize())).unwrap_or_default()
+    }
+}
+
+/// `POST /v1/jobs`. With an `Idempotency-Key`, the same key and body give the same job (the
+/// job is not submitted again) and the same key with another body is 409.
 pub async fn submit(
     State(state): State<ApiState>,
     caller: Caller,
     Query(query): Query<QuerySettings>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -63,24 +104,92 @@ pub async fn submit(
             state.limits.max_concurrent_intake
         ))
     })?;
+    let ndjson = is_ndjson(&headers);
+    let fingerprint = Fingerprint::new(ndjson, uri.query());
+    let tenant = caller.0.name.clone();
+    let Some(key) = idempotency_key(&headers)? else {
+        let submitted = accept(&state, &caller, query, ndjson, body, &fingerprint).await?;
+        return Ok(accepted(submitted.job_id.to_string(), submitted.accepted));
+    };
+    match state.app.claim_key(&tenant, &key).await? {
+        KeyClaim::Claimed => {
+            match accept(&state, &caller, query, ndjson, body, &fingerprint).await {
+                Ok(submitted) => {
+                    let hash = fingerprint.hex();
+                    state.app.complete_key(&tenant, &key, &hash, submitted.job_id).await?;
+                    Ok(accepted(submitted.job_id.to_string(), submitted.accepted))
+                }
+                Err(e) => {
+                    state.app.release_key(&tenant, &key).await?;
+                    Err(e)
+                }
+            }
+        }
+        KeyClaim::Held { job: Some(job), body_sha256: Some(hash) } => {
+            // The body is read to tell the same submission from another, never stored.
+            let mut chunks = body.into_data_stream();
+            let mut seen = 0u64;
+            while let Some(chunk) = chunks.next().await {
+                let chunk =
+                    chunk.map_err(|e| ApiError::bad_input(format!("reading the body: {e}")))?;
+                seen += chunk.len() as u64;
+                if seen > state.limits.max_body_bytes {
+                    return Err(too_large(state.limits));
+                }
+                fingerprint.update(&chunk);
+            }
+            if fingerprint.hex() != hash {
+                return Err(ApiError::Conflict {
+                    code: "idempotency_key_reused",
+                    message: format!(
+                        "Idempotency-Key {key} was used for another submission (job {job}); use a new key for a new job"
+                    ),
+                });
+            }
+            let job = state.app.job(job).await?;
+            Ok(accepted(job.id.to_string(), job.accepted))
+        }
+        KeyClaim::Held { .. } => Err(ApiError::Conflict {
+            code: "idempotency_key_in_use",
+            message: format!(
+                "a submission with Idempotency-Key {key} is still being taken in; ask again shortly"
+            ),
+        }),
+    }
+}
+
+fn accepted(job_id: String, accepted: u64) -> Response {
+    (StatusCode::ACCEPTED, Json(Accepted { job_id, accepted })).into_response()
+}
+
+/// Takes a submission in: parsed, checked and committed whole by the app, or refused whole.
+async fn accept(
+    state: &ApiState,
+    caller: &Caller,
+    query: QuerySettings,
+    ndjson: bool,
+    body: Body,
+    fingerprint: &Fingerprint,
+) -> Result<tranche_app::Submitted, ApiError> {
     let limits = state.limits;
-    let submitted = if is_ndjson(&headers) {
+    if ndjson {
         let settings = ApiSettings::try_from(query)?;
         let (provider, settings) = settings.job(&caller.0.name)?;
         // Streamed: the body is read line by line as it arrives, never held whole; the
         // counters stop it at the limits.
         let over = Arc::new(AtomicBool::new(false));
-        let lines = Arc::new(AtomicU64::new(0));
-        let (seen, flag, count) = (Arc::new(AtomicU64::new(0)), over.clone(), lines.clone());
+        let (seen, lines, flag) = (AtomicU64::new(0), AtomicU64::new(0), over.clone());
+        let fingerprint = fingerprint.clone();
         let stream = body.into_data_stream().map(move |chunk| {
             let chunk = chunk.map_err(io::Error::other)?;
             let bytes = seen.fetch_add(chunk.len() as u64, Ordering::Relaxed) + chunk.len() as u64;
             let newlines = chunk.iter().filter(|b| **b == b'\n').count() as u64;
-            let n = count.fetch_add(newlines, Ordering::Relaxed) + newlines;
+            let n = lines.fetch_add(newlines, Ordering::Relaxed) + newlines;
             if bytes > limits.max_body_bytes || n > limits.max_requests_per_job {
                 flag.store(true, Ordering::Relaxed);
                 return Err(io::Error::other("over the intake limits"));
             }
+            fingerprint.update(&chunk);
             Ok::<Bytes, io::Error>(chunk)
         });
         let reader = BufReader::new(StreamReader::new(stream));
@@ -88,11 +197,12 @@ pub async fn submit(
         if over.load(Ordering::Relaxed) {
             return Err(too_large(limits));
         }
-        result?
+        Ok(result?)
     } else {
         let bytes = axum::body::to_bytes(body, limits.max_body_bytes as usize)
             .await
             .map_err(|_| too_large(limits))?;
+        fingerprint.update(&bytes);
         let job: JsonJob = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad_input(format!("the body is not a job: {e}")))?;
         if job.requests.len() as u64 > limits.max_requests_per_job {
@@ -104,10 +214,8 @@ pub async fn submit(
             lines.extend_from_slice(request.get().as_bytes());
             lines.push(b'\n');
         }
-        state.app.submit(&state.engine, lines.as_slice(), provider, settings, None).await?
-    };
-    let accepted = Accepted { job_id: submitted.job_id.to_string(), accepted: submitted.accepted };
-    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+        Ok(state.app.submit(&state.engine, lines.as_slice(), provider, settings, None).await?)
+    }
 }
 
 fn too_large(limits: crate::Limits) -> ApiError {

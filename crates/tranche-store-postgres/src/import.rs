@@ -14,7 +14,7 @@ use crate::PgStore;
 
 /// The SQLite schema this copier reads: the last of the SQLite store's migrations, which
 /// PostgreSQL's schema mirrors.
-const SQLITE_SCHEMA: i64 = 16;
+const SQLITE_SCHEMA: i64 = 17;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;
@@ -358,6 +358,17 @@ impl PgStore {
             keys = [k: i64 = i64::MIN],
             columns = [token_hash: String, name: String, admin: bool, created_at: i64,
                 revoked_at: Option<i64>]
+        );
+
+        copy_table!(src, tx, report, "idempotency_keys", page = PAGE,
+            select = "SELECT rowid AS k, tenant, key, body_sha256, job_id, created_at
+                      FROM idempotency_keys WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            insert = "INSERT INTO idempotency_keys (tenant, key, body_sha256, job_id, created_at)
+                      SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[],
+                             $5::bigint[])",
+            keys = [k: i64 = i64::MIN],
+            columns = [tenant: String, key: String, body_sha256: Option<String>,
+                job_id: Option<String>, created_at: i64]
         );
 
         // The schema's two sequences continue after the copied ids: request ids (taken by the

@@ -42,6 +42,7 @@ macro_rules! usage_add {
 mod answers;
 mod blobs;
 mod files;
+mod idempotency;
 mod import;
 mod ingest;
 mod jobs;
@@ -68,6 +69,11 @@ fn migrator() -> Migrator {
         migration(1, "init", include_str!("../migrations/postgres/0001_init.sql")),
         migration(2, "usage ledger", include_str!("../migrations/postgres/0002_usage_ledger.sql")),
         migration(3, "tenants", include_str!("../migrations/postgres/0003_tenants.sql")),
+        migration(
+            4,
+            "idempotency keys",
+            include_str!("../migrations/postgres/0004_idempotency_keys.sql"),
+        ),
     ])
 }
 

@@ -39,6 +39,7 @@ macro_rules! usage_add {
 mod answers;
 mod blobs;
 mod files;
+mod idempotency;
 mod ingest;
 mod jobs;
 mod leases;
@@ -92,6 +93,11 @@ fn migrator() -> Migrator {
         migration(14, "file audits", include_str!("../migrations/sqlite/0014_file_audits.sql")),
         migration(15, "usage ledger", include_str!("../migrations/sqlite/0015_usage_ledger.sql")),
         migration(16, "tenants", include_str!("../migrations/sqlite/0016_tenants.sql")),
+        migration(
+            17,
+            "idempotency keys",
+            include_str!("../migrations/sqlite/0017_idempotency_keys.sql"),
+        ),
     ])
 }
 

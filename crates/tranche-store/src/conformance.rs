@@ -1166,6 +1166,32 @@ pub async fn usage_is_counted_once_per_attempt(store: &dyn Store) {
     assert_eq!(store.job_usage(job).await.unwrap(), expected, "kept when pruned");
 }
 
+/// An idempotency key is claimed by one submission at a time: a second claim sees it under
+/// way, then completed with its job and hash; a released claim is free again; a stale claim
+/// never completed is taken over; keys are per tenant.
+pub async fn idempotency_keys_are_claimed_once_then_completed_or_released(store: &dyn Store) {
+    let job = add_job(store, 1, "m").await;
+    assert_eq!(store.claim_key("acme", "k1", 100, 0).await.unwrap(), KeyClaim::Claimed);
+    let under_way = KeyClaim::Held { job: None, body_sha256: None };
+    assert_eq!(store.claim_key("acme", "k1", 101, 0).await.unwrap(), under_way);
+    assert_eq!(store.claim_key("other", "k1", 101, 0).await.unwrap(), KeyClaim::Claimed);
+    store.complete_key("acme", "k1", "abc", job).await.unwrap();
+    let done = KeyClaim::Held { job: Some(job), body_sha256: Some("abc".into()) };
+    assert_eq!(store.claim_key("acme", "k1", 102, 0).await.unwrap(), done);
+    assert_eq!(
+        store.claim_key("acme", "k1", 10_000, 9_000).await.unwrap(),
+        done,
+        "a completed key is never taken over"
+    );
+    store.release_key("acme", "k1").await.unwrap();
+    assert_eq!(store.claim_key("acme", "k1", 103, 0).await.unwrap(), done, "nor released");
+    // A released claim is free; a stale one is taken over, a fresh one is not.
+    store.release_key("other", "k1").await.unwrap();
+    assert_eq!(store.claim_key("other", "k1", 200, 0).await.unwrap(), KeyClaim::Claimed);
+    assert_eq!(store.claim_key("other", "k1", 250, 150).await.unwrap(), under_way);
+    assert_eq!(store.claim_key("other", "k1", 5_000, 4_000).await.unwrap(), KeyClaim::Claimed);
+}
+
 /// A job of `(key, input hash)` pairs, all of model `m`.
 async fn add_hashed_job(store: &dyn Store, requests: &[(&str, &str)]) -> JobId {
     let job = new_job();
@@ -1389,6 +1415,7 @@ macro_rules! store_conformance {
             twins_wait_and_answers_are_reused_only_when_checked_and_approved,
             verdicts_apply_to_ended_requests_and_reopen_the_job,
             usage_is_counted_once_per_attempt,
+            idempotency_keys_are_claimed_once_then_completed_or_released,
             tenants_are_found_by_token_refused_twice_and_revoked,
             jobs_are_listed_newest_first_in_keyset_pages,
         );

@@ -18,7 +18,7 @@ mod traits;
 pub use error::{DuplicateCustomId, StoreError, StoreResult};
 pub use records::*;
 pub use traits::{
-    AnswerStore, BlobIndex, DeploymentStore, FileStore, IngestStore, IngestWriter, JobStore,
-    JobWriter, LeaseStore, PlanStore, PruneStore, QueryStore, Store, TenantStore, TrancheStore,
-    UsageStore,
+    AnswerStore, BlobIndex, DeploymentStore, FileStore, IdempotencyStore, IngestStore,
+    IngestWriter, JobStore, JobWriter, LeaseStore, PlanStore, PruneStore, QueryStore, Store,
+    TenantStore, TrancheStore, UsageStore,
 };

@@ -408,6 +408,15 @@ pub struct Billed {
     pub tokens: TokenUsage,
 }
 
+/// What claiming an idempotency key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyClaim {
+    /// The key is the caller's now: submit, then complete or release it.
+    Claimed,
+    /// Another submission holds it: completed (its job and body hash), or still under way.
+    Held { job: Option<JobId>, body_sha256: Option<String> },
+}
+
 /// Whether a ledger row counts tokens a provider billed, or tokens an earlier result saved
 /// (requests answered from it, at no cost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -525,6 +525,33 @@ pub trait TenantStore: Send + Sync {
     async fn revoke_tenant(&self, name: &str, at: i64) -> StoreResult<bool>;
 }
 
+/// Idempotency keys of submissions, per tenant: claimed before a job is accepted, completed
+/// with the job and the body's hash once it is committed, released when it is refused.
+#[async_trait::async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `key` for `tenant` at `at`, or answers what holds it. A claim made before
+    /// `stale_before` and never completed is taken over.
+    async fn claim_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        at: i64,
+        stale_before: i64,
+    ) -> StoreResult<KeyClaim>;
+
+    /// Completes a claim with the job its submission made and the submission's hash.
+    async fn complete_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        body_sha256: &str,
+        job: JobId,
+    ) -> StoreResult<()>;
+
+    /// Gives up a claim that was never completed (its submission was refused).
+    async fn release_key(&self, tenant: &str, key: &str) -> StoreResult<()>;
+}
+
 /// A whole store: every capability, one backend.
 #[async_trait::async_trait]
 pub trait Store:
@@ -541,6 +568,7 @@ pub trait Store:
     + AnswerStore
     + UsageStore
     + TenantStore
+    + IdempotencyStore
     + std::fmt::Debug
 {
     /// Closes every connection (SQLite checkpoints its log).

@@ -452,3 +452,55 @@ async fn events_arrive_in_order_and_a_review_decided_over_http_ends_the_job() {
     assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "states never go back: {states:?}");
     server.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_gives_the_same_job_for_the_same_body_and_409_for_another() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let acme = tenant(&env, "acme", &[]);
+    let other = tenant(&env, "other", &[]);
+    let server = Server::start(&env, &sim.openai, &["--no-worker"]);
+    let url = server.url.clone();
+    let client = reqwest::Client::new();
+    let job = json!({"settings": {"task": "greet"}, "requests": requests(4)});
+    let post = |token: &str, key: &str, body: &Value| {
+        client
+            .post(format!("{url}/v1/jobs"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+    };
+    let first = post(&acme, "order-7", &job).await.unwrap();
+    assert_eq!(first.status(), 202);
+    let first: Value = first.json().await.unwrap();
+    // The same key and body: the same job, nothing submitted again.
+    let again = post(&acme, "order-7", &job).await.unwrap();
+    assert_eq!(again.status(), 202);
+    assert_eq!(again.json::<Value>().await.unwrap(), first);
+    // Another body under the same key: a conflict naming the key.
+    let changed = json!({"settings": {"task": "greet"}, "requests": requests(5)});
+    let conflict = post(&acme, "order-7", &changed).await.unwrap();
+    assert_eq!(conflict.status(), 409);
+    let body: Value = conflict.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "idempotency_key_reused", "{body}");
+    // Keys are per tenant; a refused submission leaves its key free.
+    let theirs = post(&other, "order-7", &job).await.unwrap();
+    assert_eq!(theirs.status(), 202);
+    assert_ne!(theirs.json::<Value>().await.unwrap()["job_id"], first["job_id"]);
+    let bad = json!({"settings": {"task": "greet"}, "requests": [{"key": "x"}]});
+    assert_eq!(post(&acme, "order-8", &bad).await.unwrap().status(), 400);
+    assert_eq!(post(&acme, "order-8", &job).await.unwrap().status(), 202, "the key was released");
+    assert_eq!(post(&acme, "bad key", &job).await.unwrap().status(), 400);
+    let listed: Value = client
+        .get(format!("{url}/v1/jobs"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 2, "order-7 once, order-8 once: {listed}");
+    server.stop();
+}
