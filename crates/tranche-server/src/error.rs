@@ -7,7 +7,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tranche_app::AppError;
+use tranche_app::{AppError, Upstream, upstream_text};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -15,8 +15,13 @@ pub enum ApiError {
     /// The input was refused whole; `details` locates every bad line.
     #[error("{message}")]
     BadInput { code: &'static str, message: String, details: Value },
-    #[error("a bearer token is needed: Authorization: Bearer <token> (tranche tenants add NAME)")]
+    #[error(
+        "a valid bearer token is needed: Authorization: Bearer <token> (tranche tenants add NAME makes one)"
+    )]
     Unauthorized,
+    /// The call needs an admin's token.
+    #[error("{0}")]
+    Forbidden(String),
     /// No such job, or not the caller's (the two look the same).
     #[error("{0}")]
     NotFound(String),
@@ -26,6 +31,9 @@ pub enum ApiError {
     TooLarge(String),
     #[error("{0}")]
     TooManyRequests(String),
+    /// A provider refused what the call asked of it: its own facts, kept whole.
+    #[error("{}", upstream_text(.0))]
+    Upstream(Value),
     /// tranche itself failed; the cause is logged, not sent.
     #[error("tranche failed to answer; the server log has the cause")]
     Internal(String),
@@ -44,6 +52,8 @@ impl ApiError {
         match self {
             Self::BadInput { code, .. } => row(StatusCode::BAD_REQUEST, "invalid_request", code),
             Self::Unauthorized => row(StatusCode::UNAUTHORIZED, "authentication", "missing_token"),
+            Self::Forbidden(_) => row(StatusCode::FORBIDDEN, "permission", "admin_only"),
+            Self::Upstream(_) => row(StatusCode::BAD_GATEWAY, "upstream", "upstream_error"),
             Self::NotFound(_) => row(StatusCode::NOT_FOUND, "not_found", "not_found"),
             Self::Conflict { code, .. } => row(StatusCode::CONFLICT, "conflict", code),
             Self::TooLarge(_) => row(StatusCode::PAYLOAD_TOO_LARGE, "too_large", "too_large"),
@@ -63,6 +73,7 @@ impl ApiError {
         let row = self.row();
         let details = match self {
             Self::BadInput { details, .. } => details.clone(),
+            Self::Upstream(error) => json!({"upstream": Upstream::of(error)}),
             _ => Value::Null,
         };
         json!({"error": {"type": row.kind, "code": row.code, "message": self.to_string(),
@@ -131,6 +142,7 @@ mod tests {
                 "job_ended",
             ),
             (ApiError::TooLarge("big".into()), 413, "too_large", "too_large"),
+            (ApiError::Forbidden("admins only".into()), 403, "permission", "admin_only"),
             (ApiError::TooManyRequests("busy".into()), 429, "rate_limited", "intake_busy"),
             (ApiError::Internal("db down".into()), 500, "internal", "internal"),
         ];
@@ -144,6 +156,19 @@ mod tests {
             assert!(body["error"]["message"].is_string());
             assert!(body["error"].as_object().unwrap().contains_key("details"));
         }
+        // An upstream refusal keeps the provider's own status and code.
+        let refused = ApiError::Upstream(json!({"provider": "azure", "status": 400,
+            "code": "quotaExceeded", "message": "The quota is reached.", "request_id": "r1"}));
+        assert_eq!(refused.status().as_u16(), 502);
+        let body = refused.body();
+        let upstream = &body["error"]["details"]["upstream"];
+        assert_eq!(
+            (upstream["status"].as_u64(), upstream["code"].as_str()),
+            (Some(400), Some("quotaExceeded"))
+        );
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("azure returned 400 quotaExceeded")
+        );
         let internal = ApiError::Internal("password=hunter2".into()).body().to_string();
         assert!(!internal.contains("hunter2"), "an internal cause is logged, never sent");
     }

@@ -9,6 +9,7 @@
 mod auth;
 mod error;
 mod events;
+mod files;
 mod health;
 mod jobs;
 mod review;
@@ -56,12 +57,20 @@ pub struct ApiState {
     prices: Arc<PriceTable>,
     limits: Limits,
     intake: Arc<Semaphore>,
+    /// An engine holding the providers' credentials, for the provider files audit.
+    files: Option<Engine>,
 }
 
 impl ApiState {
     pub fn new(app: App, engine: Engine, prices: PriceTable, limits: Limits) -> Self {
         let intake = Arc::new(Semaphore::new(limits.max_concurrent_intake.max(1)));
-        Self { app, engine, prices: Arc::new(prices), limits, intake }
+        Self { app, engine, prices: Arc::new(prices), limits, intake, files: None }
+    }
+
+    /// The engine (with the providers' credentials) the provider files audit asks.
+    pub fn with_files(mut self, engine: Engine) -> Self {
+        self.files = Some(engine);
+        self
     }
 }
 
@@ -76,7 +85,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{id}/events", get(events::events))
         .route("/jobs/{id}/review", get(review::show))
         .route("/jobs/{id}/approve", post(review::approve))
-        .route("/jobs/{id}/reject", post(review::reject));
+        .route("/jobs/{id}/reject", post(review::reject))
+        .route("/files/audit", get(files::audit));
     Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(health::healthz))

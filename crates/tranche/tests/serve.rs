@@ -190,6 +190,21 @@ async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
     assert_eq!(listed["jobs"], json!([]), "{listed}");
     let shown = client.get(format!("{url}/v1/jobs/{id}")).bearer_auth(&admin).send().await;
     assert_eq!(shown.unwrap().status(), 200, "an admin sees every tenant's jobs");
+    // The provider files audit is an admin's: its accounts as `files audit --json` shows them.
+    let audit = client.get(format!("{url}/v1/files/audit")).bearer_auth(&acme).send().await;
+    assert_eq!(audit.unwrap().status(), 403);
+    let audit: Value = client
+        .get(format!("{url}/v1/files/audit"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let openai = &audit["accounts"][0];
+    assert_eq!(openai["provider"], "openai", "{audit}");
+    assert_eq!(openai["files"]["total"], 0, "the finished job left no file: {audit}");
 
     // NDJSON streamed, settings in the query string.
     let ndjson: String = requests(5)

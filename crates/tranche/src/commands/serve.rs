@@ -24,7 +24,11 @@ pub async fn run(app: App, global: &Global, args: ServeArgs) -> CmdResult {
         max_requests_per_job: args.max_requests_per_job,
         max_concurrent_intake: args.max_concurrent_intake,
     };
-    let state = ApiState::new(app.clone(), recorder, prices, limits);
+    // The engine with the providers' credentials: the worker's, and the files audit's.
+    let engine = context::engine(&app, global, &args.provider, None, &args.engine)
+        .await?
+        .with_janitor(settings.janitor_interval()?);
+    let state = ApiState::new(app.clone(), recorder, prices, limits).with_files(engine.clone());
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.addr))?;
@@ -40,9 +44,6 @@ pub async fn run(app: App, global: &Global, args: ServeArgs) -> CmdResult {
     let worker = if args.no_worker {
         None
     } else {
-        let engine = context::engine(&app, global, &args.provider, None, &args.engine)
-            .await?
-            .with_janitor(settings.janitor_interval()?);
         let cancel = cancel.clone();
         Some(tokio::spawn(async move { engine.drive(Until::Cancelled, &cancel, || {}).await }))
     };
