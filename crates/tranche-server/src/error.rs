@@ -9,6 +9,24 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tranche_app::{AppError, Upstream, upstream_text};
 
+/// The envelope every error answers with (the OpenAPI document's picture of it).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// One error: its kind, its code, what happened, and where (bad input's lines, a provider's
+/// own facts).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub code: String,
+    pub message: String,
+    #[schema(value_type = Object)]
+    pub details: Value,
+}
+
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

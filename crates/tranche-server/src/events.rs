@@ -16,7 +16,7 @@ use tranche_core::JobState;
 
 use crate::ApiState;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::jobs::owned;
 
 /// How often the store is read for changes.
@@ -73,6 +73,11 @@ fn follow(app: App, job: Job) -> impl Stream<Item = Result<Event, Infallible>> {
     })
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path)),
+    responses((status = 200, content_type = "text/event-stream", body = String,
+        description = "`status` events, numbered, then `end`"),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `GET /v1/jobs/{id}/events`.
 pub async fn events(
     State(state): State<ApiState>,

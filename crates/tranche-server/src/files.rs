@@ -9,8 +9,12 @@ use tranche_app::FilesError;
 
 use crate::ApiState;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 
+#[utoipa::path(get, path = "/v1/files/audit", tag = "files",
+    responses((status = 200, body = Object, description = "The `files audit --json` object"),
+        (status = 403, body = ErrorBody), (status = 502, body = ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn audit(State(state): State<ApiState>, caller: Caller) -> Result<Response, ApiError> {
     if !caller.0.admin {
         return Err(ApiError::Forbidden(

@@ -10,10 +10,13 @@ use serde_json::json;
 use crate::ApiState;
 use crate::error::ApiError;
 
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, body = Object)))]
 pub async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = 200, body = Object), (status = 503, body = Object)))]
 pub async fn readyz(State(state): State<ApiState>) -> Response {
     match state.app.recent_jobs(1).await {
         Ok(_) => Json(json!({"status": "ready"})).into_response(),

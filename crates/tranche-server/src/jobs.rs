@@ -23,22 +23,24 @@ use tranche_core::{JobId, JobState, RequestState};
 
 use crate::ApiState;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::settings::{ApiSettings, QuerySettings};
 
 /// What a submission answers once its job is durably committed (exact keys).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Accepted {
     pub job_id: String,
     pub accepted: u64,
 }
 
-/// A JSON submission.
-#[derive(Debug, Deserialize)]
+/// A JSON submission: the job's settings and its requests, each a tranche line (`{"key",
+/// "body"}`) or an OpenAI batch line.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct JsonJob {
+pub struct JsonJob {
     #[serde(default)]
     settings: ApiSettings,
+    #[schema(value_type = Vec<Object>)]
     requests: Vec<Box<RawValue>>,
 }
 
@@ -87,6 +89,16 @@ impl Fingerprint {
     }
 }
 
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs",
+    description = "Submit a job: a JSON body, or `application/x-ndjson` streamed with the settings in the query string.",
+    request_body(content = JsonJob, content_type = "application/json"),
+    params(("Idempotency-Key" = Option<String>, Header, description = "The same key and body give the same job")),
+    responses(
+        (status = 202, body = Accepted, description = "Committed durably"),
+        (status = 400, body = ErrorBody, description = "Refused whole; every bad line located"),
+        (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 429, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `POST /v1/jobs`. With an `Idempotency-Key`, the same key and body give the same job (the
 /// job is not submitted again) and the same key with another body is 409.
 pub async fn submit(
@@ -233,6 +245,10 @@ pub(crate) async fn owned(state: &ApiState, caller: &Caller, id: &str) -> Result
     if caller.owns(&job) { Ok(job) } else { Err(not_found()) }
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
+    responses((status = 200, body = Object, description = "The `status --json` object"),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `GET /v1/jobs/{id}`: the same object as `tranche status --json`.
 pub async fn show(
     State(state): State<ApiState>,
@@ -243,6 +259,10 @@ pub async fn show(
     Ok(Json(state.app.status(&job).await?).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `POST /v1/jobs/{id}/cancel`.
 pub async fn cancel(
     State(state): State<ApiState>,
@@ -261,6 +281,12 @@ pub struct ResultsQuery {
     status: Option<String>,
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}/results", tag = "jobs",
+    params(("id" = String, Path), ("status" = Option<String>, Query, description = "succeeded, failed or cancelled")),
+    responses((status = 200, content_type = "application/x-ndjson", body = String,
+        description = "One line per request: custom_id, key, status, output, error, answer, usage"),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `GET /v1/jobs/{id}/results`: one JSON line per request, as `tranche results` writes them,
 /// streamed.
 pub async fn results(
@@ -289,6 +315,10 @@ pub async fn results(
     Ok(([(CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(chunks)).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}/cost", tag = "jobs", params(("id" = String, Path)),
+    responses((status = 200, body = Object, description = "The `cost JOB --json` object"),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `GET /v1/jobs/{id}/cost`: the same object as `tranche cost JOB --json`.
 pub async fn cost(
     State(state): State<ApiState>,
@@ -320,6 +350,11 @@ struct Listed {
     counts: tranche_app::CountsView,
 }
 
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs",
+    params(("state" = Option<String>, Query), ("cursor" = Option<String>, Query), ("limit" = Option<u32>, Query)),
+    responses((status = 200, body = Object, description = "`{\"jobs\": [...], \"next_cursor\"}`"),
+        (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `GET /v1/jobs`: the caller's jobs, newest first, a page at a time (`next_cursor` gives the
 /// next page; `null` on the last).
 pub async fn list(

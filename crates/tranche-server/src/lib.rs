@@ -12,6 +12,7 @@ mod events;
 mod files;
 mod health;
 mod jobs;
+mod openapi;
 mod review;
 mod settings;
 
@@ -25,6 +26,7 @@ use tranche_app::{App, Engine};
 use tranche_core::price::PriceTable;
 
 pub use error::ApiError;
+pub use openapi::document as openapi;
 pub use settings::ApiSettings;
 
 /// What a server accepts at most.
@@ -91,6 +93,7 @@ pub fn router(state: ApiState) -> Router {
         .nest("/v1", v1)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/openapi.json", get(openapi::serve))
         .fallback(health::unknown_path)
         .with_state(state)
 }

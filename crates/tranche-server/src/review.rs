@@ -10,7 +10,7 @@ use tranche_app::{DEFAULT_SAMPLE, Rejected, default_seed};
 
 use crate::ApiState;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::jobs::owned;
 
 #[derive(Debug, Deserialize)]
@@ -20,6 +20,10 @@ pub struct SampleQuery {
     seed: Option<u64>,
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}/review", tag = "review",
+    params(("id" = String, Path), ("sample" = Option<u32>, Query), ("seed" = Option<u64>, Query)),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `GET /v1/jobs/{id}/review`: the answers `tranche review --json` shows.
 pub async fn show(
     State(state): State<ApiState>,
@@ -35,6 +39,10 @@ pub async fn show(
         .into_response())
 }
 
+#[utoipa::path(post, path = "/v1/jobs/{id}/approve", tag = "review", params(("id" = String, Path)),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `POST /v1/jobs/{id}/approve`.
 pub async fn approve(
     State(state): State<ApiState>,
@@ -46,7 +54,7 @@ pub async fn approve(
     Ok(Json(serde_json::json!({"job_id": job.id.to_string(), "rejected": 0})).into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RejectBody {
     /// The answers rejected; none named: every succeeded one.
@@ -54,6 +62,11 @@ pub struct RejectBody {
     custom_ids: Vec<String>,
 }
 
+#[utoipa::path(post, path = "/v1/jobs/{id}/reject", tag = "review", params(("id" = String, Path)),
+    request_body(content = Option<RejectBody>, content_type = "application/json"),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)),
+    security(("bearer" = [])))]
 /// `POST /v1/jobs/{id}/reject` with `{"custom_ids": [...]}` (or no body: all).
 pub async fn reject(
     State(state): State<ApiState>,

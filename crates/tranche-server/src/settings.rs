@@ -8,22 +8,33 @@ use tranche_core::{Endpoint, JobSettings, OnInvalid, ProviderKind, Usd};
 use crate::error::ApiError;
 
 /// A job's settings in a JSON body. The tenant is never among them: it is the caller's.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApiSettings {
     pub task: Option<String>,
     pub version: Option<String>,
+    /// `openai` (default), `azure` or `anthropic`.
+    #[schema(value_type = Option<String>)]
     pub provider: Option<ProviderKind>,
     pub model: Option<String>,
+    /// e.g. `/v1/chat/completions` (default), `/v1/messages` for Anthropic.
+    #[schema(value_type = Option<String>)]
     pub endpoint: Option<Endpoint>,
     pub max_attempts: Option<u32>,
     /// An inline JSON Schema, never a path.
+    #[schema(value_type = Option<Object>)]
     pub schema: Option<serde_json::Value>,
+    /// `retry` (default) or `fail`.
+    #[schema(value_type = Option<String>)]
     pub on_invalid: Option<OnInvalid>,
     pub lenient_json: Option<bool>,
     pub review_sample: Option<u32>,
     pub review_seed: Option<u64>,
+    /// The most the job may cost, in US dollars.
+    #[schema(value_type = Option<f64>)]
     pub budget: Option<Usd>,
+    /// `auto` (default) or `off`.
+    #[schema(value_type = Option<String>)]
     pub cache_shared_prompt: Option<CacheSharedPrompt>,
 }
 

@@ -108,6 +108,11 @@ async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
     let url = server.url.clone();
     let client = reqwest::Client::new();
 
+    // The served OpenAPI document is the one the code generates.
+    let served: Value =
+        client.get(format!("{url}/openapi.json")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(served, serde_json::to_value(tranche_server::openapi()).unwrap());
+    assert!(served["paths"]["/v1/jobs"]["post"].is_object(), "{served}");
     // Liveness needs no token; /v1 does.
     assert_eq!(client.get(format!("{url}/healthz")).send().await.unwrap().status(), 200);
     assert_eq!(client.get(format!("{url}/readyz")).send().await.unwrap().status(), 200);
