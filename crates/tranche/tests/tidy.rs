@@ -116,3 +116,37 @@ fn the_cli_goes_through_the_application_layer() {
         .collect();
     assert!(offenders.is_empty(), "the CLI uses the store: {offenders:#?}");
 }
+
+/// ARCHITECTURE.md: the HTTP server goes through the application layer too, and holds no
+/// engine logic: it depends on neither the store nor the engine nor a provider adapter.
+#[test]
+fn the_server_goes_through_the_application_layer() {
+    let manifest =
+        std::fs::read_to_string(workspace().join("crates/tranche-server/Cargo.toml")).unwrap();
+    let forbidden = [
+        "tranche-store",
+        "tranche-store-sqlite",
+        "tranche-store-postgres",
+        "tranche-engine",
+        "tranche-providers",
+        "sqlx",
+        "reqwest",
+    ];
+    for dependency in forbidden {
+        assert!(
+            !manifest.contains(&format!("\n{dependency}.")),
+            "the server depends on `{dependency}`"
+        );
+    }
+    let mut files = Vec::new();
+    rust_files(&workspace().join("crates/tranche-server/src"), &mut files);
+    assert!(!files.is_empty());
+    let offenders: Vec<_> = files
+        .into_iter()
+        .filter(|path| {
+            let text = std::fs::read_to_string(path).unwrap();
+            text.contains("tranche_store") || text.contains("tranche_engine")
+        })
+        .collect();
+    assert!(offenders.is_empty(), "the server reaches past the app: {offenders:#?}");
+}
