@@ -47,6 +47,7 @@ mod import;
 mod ingest;
 mod jobs;
 mod leases;
+mod metrics;
 mod plan;
 mod prune;
 mod queries;

@@ -43,6 +43,7 @@ mod idempotency;
 mod ingest;
 mod jobs;
 mod leases;
+mod metrics;
 mod plan;
 mod prune;
 mod queries;

@@ -1192,6 +1192,128 @@ pub async fn idempotency_keys_are_claimed_once_then_completed_or_released(store:
     assert_eq!(store.claim_key("other", "k1", 5_000, 4_000).await.unwrap(), KeyClaim::Claimed);
 }
 
+/// Metrics: jobs, requests and tranches by state (requests summed from the job counters),
+/// billed tokens by provider and model over every job and day (reused answers are not
+/// billed), and the upstream errors jobs and tranches carry now by provider and code: a
+/// paused job by its pause, else its last error; a code missing falls back to the error type;
+/// an error naming no provider is not upstream's; a tranche's error goes with its next
+/// transition, a job's pause when it resumes.
+pub async fn metrics_are_aggregates_of_jobs_tranches_and_the_ledger(store: &dyn Store) {
+    const DAY: i64 = 86_400;
+    assert_eq!(store.metrics_snapshot().await.unwrap(), MetricsSnapshot::default());
+    let json = |text: &str| -> serde_json::Value { serde_json::from_str(text).unwrap() };
+
+    // A: four requests; two answered on two days, one failed, one still queued.
+    let a = add_job(store, 4, "m").await;
+    let (t1, _) = claim_all(store, "m").await;
+    let held = lease(store, t1).await;
+    let mut writer = store.begin_ingest(t1, held).await.unwrap();
+    let mut lines =
+        vec![Success { billed: Some(billed("m", 100, 10)), ..success("k0:t:v1", "{}") }];
+    assert_eq!(writer.record_successes(&mut lines, 3 * DAY).await.unwrap(), 1);
+    let answer = OutputRef::Text("{}".into());
+    let tokens = billed("m", 200, 20);
+    let ok = ResultUpdate {
+        state: RequestState::Succeeded,
+        outcome: AttemptOutcome::Succeeded,
+        status_code: Some(200),
+        output: Some(&answer),
+        error: None,
+        billed: Some(&tokens),
+        spends_attempt: true,
+        not_before: 0,
+        at: 5 * DAY,
+    };
+    assert!(writer.record("k1:t:v1", &ok).await.unwrap());
+    assert!(writer.record("k2:t:v1", &fatal(5 * DAY)).await.unwrap());
+    assert!(writer.commit(TrancheState::Cleaning, 5 * DAY).await.unwrap());
+    // B: two requests of another model (another body: not waiting for A's), in a tranche.
+    let b = add_job_as(store, 2, "n", new_job(), "01").await;
+    let (t2, _) = claim_all(store, "n").await;
+    // C: answered from A's first answer (reused, not billed).
+    let c = add_job(store, 1, "m").await;
+    let answers = store.earlier_answers(ProviderKind::Openai, 0, 10).await.unwrap();
+    assert_eq!(store.answer_from(&answers, 6 * DAY).await.unwrap(), 1);
+    // E: cancelled before it ran, with an error of tranche's own (no provider).
+    let e = add_job_as(store, 1, "m", new_job(), "02").await;
+    assert_eq!(store.cancel_job(e, 6 * DAY).await.unwrap(), 1);
+
+    let old = json(r#"{"provider":"openai","status":401,"code":"invalid_api_key","message":"no"}"#);
+    let storage = json(
+        r#"{"provider":"openai","status":400,"code":null,"error_type":"invalid_request_error",
+            "message":"You have exceeded your file storage quota"}"#,
+    );
+    let typed = json(r#"{"provider":"openai","status":500,"type":"server_error","message":"x"}"#);
+    let server = json(r#"{"provider":"openai","status":500,"error_type":"server_error"}"#);
+    let own = json(r#"{"code":"budget_exceeded","message":"the budget is spent"}"#);
+    let unavailable = json(r#"{"provider":"openai","status":503,"message":"unavailable"}"#);
+    let limited = json(r#"{"provider":"openai","status":429,"code":"rate_limit_exceeded"}"#);
+    assert!(store.set_job_state(a, JobState::Running, Some(&old), 7 * DAY).await.unwrap());
+    assert_eq!(store.set_jobs_paused(t1, Some(&storage), 7 * DAY).await.unwrap(), 1);
+    assert!(store.set_job_state(b, JobState::Running, Some(&typed), 7 * DAY).await.unwrap());
+    assert!(store.set_job_state(c, JobState::Failed, Some(&server), 7 * DAY).await.unwrap());
+    assert!(store.set_job_state(e, JobState::Cancelled, Some(&own), 7 * DAY).await.unwrap());
+    assert!(store.defer_tranche(t1, held.token, &unavailable, 8 * DAY, 7 * DAY).await.unwrap());
+    let held_t2 = lease(store, t2).await;
+    assert!(store.defer_tranche(t2, held_t2.token, &limited, 8 * DAY, 7 * DAY).await.unwrap());
+
+    let errors = |list: &[(ErrorCarrier, &str, u64)]| -> Vec<UpstreamErrorCount> {
+        list.iter()
+            .map(|(carrier, code, count)| UpstreamErrorCount {
+                carrier: *carrier,
+                provider: "openai".to_owned(),
+                code: (*code).to_owned(),
+                count: *count,
+            })
+            .collect()
+    };
+    let billed_m = UsageRow {
+        kind: UsageKind::Billed,
+        provider: ProviderKind::Openai,
+        model: "m".to_owned(),
+        requests: 2,
+        tokens: TokenUsage { input: 300, cached_input: 60, output: 30, ..TokenUsage::default() },
+    };
+    let expected = MetricsSnapshot {
+        jobs: vec![(JobState::Cancelled, 1), (JobState::Failed, 1), (JobState::Running, 2)],
+        requests: RequestCounts {
+            accepted: 8,
+            pending: 0,
+            queued: 3,
+            succeeded: 3,
+            failed: 1,
+            cancelled: 1,
+            cached: 1,
+            retried: 0,
+        },
+        tranches: vec![(TrancheState::Cleaning, 1), (TrancheState::Planned, 1)],
+        billed: vec![billed_m.clone()],
+        upstream_errors: errors(&[
+            (ErrorCarrier::Job, "invalid_request_error", 1),
+            (ErrorCarrier::Job, "server_error", 2),
+            (ErrorCarrier::Tranche, "none", 1),
+            (ErrorCarrier::Tranche, "rate_limit_exceeded", 1),
+        ]),
+    };
+    assert_eq!(store.metrics_snapshot().await.unwrap(), expected);
+
+    // A resumes (its last error shows again); T2 moves on (its error is gone).
+    assert_eq!(store.set_jobs_paused(t1, None, 8 * DAY).await.unwrap(), 1);
+    let moved = TrancheUpdate::to(TrancheState::Uploading, 8 * DAY);
+    assert!(store.update_tranche(t2, held_t2, moved).await.unwrap());
+    let snapshot = store.metrics_snapshot().await.unwrap();
+    assert_eq!(snapshot.tranches, [(TrancheState::Cleaning, 1), (TrancheState::Uploading, 1)]);
+    assert_eq!(
+        snapshot.upstream_errors,
+        errors(&[
+            (ErrorCarrier::Job, "invalid_api_key", 1),
+            (ErrorCarrier::Job, "server_error", 2),
+            (ErrorCarrier::Tranche, "none", 1),
+        ])
+    );
+    assert_eq!(snapshot.billed, [billed_m], "the ledger only grows");
+}
+
 /// A job of `(key, input hash)` pairs, all of model `m`.
 async fn add_hashed_job(store: &dyn Store, requests: &[(&str, &str)]) -> JobId {
     let job = new_job();
@@ -1394,6 +1516,7 @@ macro_rules! store_conformance {
             bodies_by_reference_come_back_as_ranges_in_request_order,
             the_first_engine_records_a_deployment_fact,
             counts_follow_every_change,
+            metrics_are_aggregates_of_jobs_tranches_and_the_ledger,
             many_requests_are_written_in_order_across_statements,
             successes_are_recorded_in_bulk_once_each,
             a_dropped_job_writer_stores_nothing,

@@ -11,12 +11,15 @@
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
+mod metrics;
 mod records;
 pub mod rows;
 mod traits;
 
 pub use error::{DuplicateCustomId, StoreError, StoreResult};
+pub use metrics::{ErrorCarrier, MetricsSnapshot, UpstreamErrorCount};
 pub use records::*;
+pub use traits::MetricsStore;
 pub use traits::{
     AnswerStore, BlobIndex, DeploymentStore, FileStore, IdempotencyStore, IngestStore,
     IngestWriter, JobStore, JobWriter, LeaseStore, PlanStore, PruneStore, QueryStore, Store,

@@ -14,6 +14,7 @@ use tranche_core::{
 };
 
 use crate::error::StoreResult;
+use crate::metrics::MetricsSnapshot;
 use crate::records::*;
 
 /// Recording jobs and moving them through their life.
@@ -126,6 +127,15 @@ pub trait QueryStore: Send + Sync {
 
     /// A job's requests in input order, with their outcomes.
     fn job_results(&self, id: JobId) -> BoxStream<'_, StoreResult<ResultRow>>;
+}
+
+/// What a metrics scrape shows: figures over every job and tranche, each an aggregate over
+/// counters and small tables (jobs, tranches, the usage ledger), never a scan of requests.
+#[async_trait::async_trait]
+pub trait MetricsStore: Send + Sync {
+    /// Jobs, requests and tranches by state, billed tokens by provider and model, and the
+    /// upstream errors jobs and tranches carry now, read in one transaction.
+    async fn metrics_snapshot(&self) -> StoreResult<MetricsSnapshot>;
 }
 
 /// Waiting requests, and claiming them into tranches.
@@ -557,6 +567,7 @@ pub trait IdempotencyStore: Send + Sync {
 pub trait Store:
     JobStore
     + QueryStore
+    + MetricsStore
     + PlanStore
     + TrancheStore
     + FileStore
