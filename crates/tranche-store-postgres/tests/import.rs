@@ -38,6 +38,7 @@ async fn answers(store: &dyn Store) -> Vec<String> {
     }
     assert!(!tranches.is_empty(), "the fixture has tranches");
     out.push(format!("{:?}", store.tenants().await.unwrap()));
+    out.push(format!("{:?}", tranche_store::MetricsStore::metrics_snapshot(store).await.unwrap()));
     let all = JobFilter { tenant: None, state: None, before: None, limit: 100 };
     out.push(format!("{:?}", store.list_jobs(all).await.unwrap()));
     for tranche in tranches {
