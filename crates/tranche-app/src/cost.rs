@@ -132,7 +132,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// Prices the ledger's rows: billed rows make the cost, reused rows the dedup saving.
-fn price_rows(rows: &[UsageRow], prices: &PriceTable) -> (CostTotals, Vec<ModelCost>) {
+pub(crate) fn price_rows(rows: &[UsageRow], prices: &PriceTable) -> (CostTotals, Vec<ModelCost>) {
     let mut billed = TokenUsage::default();
     let mut total = Costs::default();
     let mut dedup = 0.0;

@@ -8,6 +8,7 @@ mod database;
 mod error;
 mod export;
 mod idempotency;
+mod metrics;
 mod migrate;
 mod providers;
 mod review;
@@ -36,6 +37,7 @@ pub use cost::{
 pub use error::AppError;
 pub use export::{ExportFormat, ExportOptions};
 pub use idempotency::STALE_CLAIM;
+pub use metrics::{Metrics, ModelUsage};
 pub use migrate::{MigrationReport, migrate_sqlite_to_postgres};
 pub use providers::{ProviderOptions, provider, providers};
 pub use review::{DEFAULT_SAMPLE, ReviewItem, default_seed};
@@ -45,6 +47,7 @@ pub use tranche_engine::{
     Providers, PruneReport, ReparseError, ReparseReport, Submitted, Until,
 };
 pub use tranche_store::JobRecord as Job;
+pub use tranche_store::{ErrorCarrier, UpstreamErrorCount};
 pub use tranche_store::{JobFilter, KeyClaim, Rejected, TenantRecord};
 pub use views::{
     CountsView, JobRow, JobStatus, Leased, Outcome, Progress, Summary, Upstream, Waiting,
