@@ -12,6 +12,7 @@ mod events;
 mod files;
 mod health;
 mod jobs;
+mod metrics;
 mod openapi;
 mod review;
 mod settings;
@@ -93,6 +94,7 @@ pub fn router(state: ApiState) -> Router {
         .nest("/v1", v1)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(openapi::serve))
         .fallback(health::unknown_path)
         .with_state(state)

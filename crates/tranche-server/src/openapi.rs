@@ -18,7 +18,7 @@ use crate::settings::ApiSettings;
         crate::jobs::submit, crate::jobs::list, crate::jobs::show, crate::jobs::cancel,
         crate::jobs::results, crate::jobs::cost, crate::events::events, crate::review::show,
         crate::review::approve, crate::review::reject, crate::files::audit,
-        crate::health::healthz, crate::health::readyz,
+        crate::health::healthz, crate::health::readyz, crate::metrics::metrics,
     ),
     components(schemas(Accepted, JsonJob, ApiSettings, RejectBody, ErrorBody, ErrorDetail)),
     modifiers(&BearerTokens)
@@ -60,6 +60,7 @@ mod tests {
             doc["paths"].as_object().unwrap().keys().map(String::as_str).collect();
         let expected = [
             "/healthz",
+            "/metrics",
             "/readyz",
             "/v1/files/audit",
             "/v1/jobs",
