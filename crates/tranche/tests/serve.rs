@@ -1,7 +1,8 @@
 //! `tranche serve` through HTTP only, against `tranche sim`, with a fresh store: a job submitted
 //! as JSON and as streamed NDJSON, followed to its end and its results downloaded matched; every
 //! endpoint refuses another tenant's job as if it did not exist; errors keep tranche's envelope;
-//! limits answer 413 and 429; SIGTERM stops the server cleanly.
+//! limits answer 413 and 429; SIGTERM stops the server cleanly; `/metrics` counts a finished
+//! job, its requests, tokens and cost.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "a test fails loudly")]
 
@@ -352,6 +353,92 @@ async fn an_upstream_failure_shows_on_the_job_with_the_providers_own_status_and_
     assert_eq!(upstream["code"], "quotaExceeded", "{status}");
     assert!(upstream["message"].as_str().unwrap().contains("maximum is 500"), "{status}");
     assert_eq!(status["paused"], true, "nothing failed: the job waits for room");
+    // The paused job carries the error (its tranche does too between tries, but each try
+    // records its intent first, which clears it: not asserted here).
+    let (text, samples) = scrape(&client, &url).await;
+    let series = r#"tranche_upstream_errors{carrier="job",provider="azure",code="quotaExceeded"}"#;
+    assert!(samples.contains(&(series.to_owned(), 1.0)), "{text}");
+    server.stop();
+}
+
+/// `/metrics` as (series, value) pairs: `name{labels}` as written, and the sample's value.
+async fn scrape(client: &reqwest::Client, url: &str) -> (String, Vec<(String, f64)>) {
+    let response = client.get(format!("{url}/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200, "no token needed");
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
+    let text = response.text().await.unwrap();
+    let samples = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            (series.to_owned(), value.parse().unwrap())
+        })
+        .collect();
+    (text, samples)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_a_finished_jobs_requests_tokens_and_cost() {
+    let sim = Sim::start(&[]);
+    let env = Env::new();
+    let acme = tenant(&env, "acme", &[]);
+    let server = Server::start(&env, &sim.openai, &[]);
+    let url = server.url.clone();
+    let client = reqwest::Client::new();
+    let (text, before) = scrape(&client, &url).await;
+    assert!(before.contains(&("tranche_jobs{state=\"done\"}".to_owned(), 0.0)), "{text}");
+
+    let job = json!({"settings": {"task": "count"}, "requests": requests(7)});
+    let response =
+        client.post(format!("{url}/v1/jobs")).bearer_auth(&acme).json(&job).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    let id = response.json::<Value>().await.unwrap()["job_id"].as_str().unwrap().to_owned();
+    wait_done(&client, &url, &acme, &id).await;
+    let cost: Value = client
+        .get(format!("{url}/v1/jobs/{id}/cost"))
+        .bearer_auth(&acme)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+
+    let (text, samples) = scrape(&client, &url).await;
+    let value = |series: &str| samples.iter().find(|(s, _)| s == series).map(|(_, v)| *v);
+    assert_eq!(value("tranche_jobs{state=\"done\"}"), Some(1.0), "{text}");
+    assert_eq!(value("tranche_jobs{state=\"running\"}"), Some(0.0), "{text}");
+    assert_eq!(value("tranche_requests{state=\"succeeded\"}"), Some(7.0), "{text}");
+    assert_eq!(value("tranche_requests{state=\"pending\"}"), Some(0.0), "{text}");
+    assert_eq!(value("tranche_tranches{state=\"done\"}"), Some(1.0), "{text}");
+    for family in
+        ["tranche_jobs gauge", "tranche_tokens_total counter", "tranche_cost_usd_total counter"]
+    {
+        assert!(text.contains(&format!("# TYPE {family}\n")), "{family}: {text}");
+    }
+    // The model's billed input tokens (the answers name it, perhaps as a dated snapshot), as
+    // the job's cost reports them; and what they cost.
+    let model_series = |family: &str, kind: &str| -> Vec<f64> {
+        samples
+            .iter()
+            .filter(|(s, _)| {
+                s.starts_with(&format!("{family}{{provider=\"openai\",model=\"gpt-4o-mini"))
+                    && s.ends_with(kind)
+            })
+            .map(|(_, v)| *v)
+            .collect()
+    };
+    let input = model_series("tranche_tokens_total", ",kind=\"input\"}");
+    assert_eq!(input.len(), 1, "{text}");
+    let reported = cost["tokens"]["input"].as_f64().unwrap();
+    assert!(reported > 0.0, "{cost}");
+    assert_eq!(input[0], reported, "{text}\n{cost}");
+    let usd = model_series("tranche_cost_usd_total", "}");
+    assert_eq!(usd.len(), 1, "{text}");
+    assert!(usd[0] > 0.0, "{text}");
+    assert!((usd[0] - cost["cost"].as_f64().unwrap()).abs() < 1e-12, "{text}\n{cost}");
     server.stop();
 }
 
