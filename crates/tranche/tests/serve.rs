@@ -69,6 +69,11 @@ impl Drop for Server {
     }
 }
 
+/// A GET with a tenant's token, its body as JSON.
+async fn get_json(client: &reqwest::Client, url: &str, token: &str) -> Value {
+    client.get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap()
+}
+
 fn requests(n: usize) -> Vec<Value> {
     (0..n)
         .map(|i| {
@@ -81,15 +86,7 @@ fn requests(n: usize) -> Vec<Value> {
 async fn wait_done(client: &reqwest::Client, url: &str, token: &str, job: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let status: Value = client
-            .get(format!("{url}/v1/jobs/{job}"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let status: Value = get_json(&client, &format!("{url}/v1/jobs/{job}"), token).await;
         if status["state"] == "done" {
             return status;
         }
@@ -156,15 +153,7 @@ async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
         .await
         .unwrap();
     assert_eq!(failed.text().await.unwrap(), "", "no failed request");
-    let cost: Value = client
-        .get(format!("{url}/v1/jobs/{id}/cost"))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cost: Value = get_json(&client, &format!("{url}/v1/jobs/{id}/cost"), &acme).await;
     assert_eq!(cost["job_id"], id.as_str());
     assert!(cost["cost"].as_f64().unwrap() > 0.0, "{cost}");
 
@@ -184,30 +173,14 @@ async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "not_found", "{method} {path}");
     }
-    let listed: Value = client
-        .get(format!("{url}/v1/jobs"))
-        .bearer_auth(&other)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = get_json(&client, &format!("{url}/v1/jobs"), &other).await;
     assert_eq!(listed["jobs"], json!([]), "{listed}");
     let shown = client.get(format!("{url}/v1/jobs/{id}")).bearer_auth(&admin).send().await;
     assert_eq!(shown.unwrap().status(), 200, "an admin sees every tenant's jobs");
     // The provider files audit is an admin's: its accounts as `files audit --json` shows them.
     let audit = client.get(format!("{url}/v1/files/audit")).bearer_auth(&acme).send().await;
     assert_eq!(audit.unwrap().status(), 403);
-    let audit: Value = client
-        .get(format!("{url}/v1/files/audit"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let audit: Value = get_json(&client, &format!("{url}/v1/files/audit"), &admin).await;
     let openai = &audit["accounts"][0];
     assert_eq!(openai["provider"], "openai", "{audit}");
     assert_eq!(openai["files"]["total"], 0, "the finished job left no file: {audit}");
@@ -232,26 +205,11 @@ async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
     wait_done(&client, &url, &acme, &second).await;
 
     // The caller's jobs, newest first, a page at a time.
-    let page: Value = client
-        .get(format!("{url}/v1/jobs?limit=1"))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page: Value = get_json(&client, &format!("{url}/v1/jobs?limit=1"), &acme).await;
     assert_eq!(page["jobs"][0]["job_id"], second.as_str(), "{page}");
     let cursor = page["next_cursor"].as_str().unwrap();
-    let next: Value = client
-        .get(format!("{url}/v1/jobs?limit=1&cursor={cursor}"))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let next: Value =
+        get_json(&client, &format!("{url}/v1/jobs?limit=1&cursor={cursor}"), &acme).await;
     assert_eq!(next["jobs"][0]["job_id"], id.as_str(), "{next}");
 
     // Bad input: 400, every bad line located; nothing stored.
@@ -303,15 +261,7 @@ async fn a_client_submits_follows_and_downloads_only_its_own_jobs() {
     assert_eq!(response.status(), 404);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["type"], "not_found");
-    let listed: Value = client
-        .get(format!("{url}/v1/jobs"))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = get_json(&client, &format!("{url}/v1/jobs"), &acme).await;
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 2, "refused jobs left nothing");
 
     server.stop();
@@ -396,15 +346,7 @@ async fn metrics_count_a_finished_jobs_requests_tokens_and_cost() {
     assert_eq!(response.status(), 202);
     let id = response.json::<Value>().await.unwrap()["job_id"].as_str().unwrap().to_owned();
     wait_done(&client, &url, &acme, &id).await;
-    let cost: Value = client
-        .get(format!("{url}/v1/jobs/{id}/cost"))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cost: Value = get_json(&client, &format!("{url}/v1/jobs/{id}/cost"), &acme).await;
 
     let (text, samples) = scrape(&client, &url).await;
     let value = |series: &str| samples.iter().find(|(s, _)| s == series).map(|(_, v)| *v);
@@ -511,15 +453,7 @@ async fn events_arrive_in_order_and_a_review_decided_over_http_ends_the_job() {
         }
     }
     // ...where the review shows 3 answers beside their inputs, and one is rejected.
-    let review: Value = client
-        .get(format!("{url}/v1/jobs/{id}/review"))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let review: Value = get_json(&client, &format!("{url}/v1/jobs/{id}/review"), &acme).await;
     let items = review["items"].as_array().unwrap();
     assert_eq!(items.len(), 3, "{review}");
     assert!(items[0]["input"]["messages"].is_array(), "{review}");
@@ -599,15 +533,7 @@ async fn an_idempotency_key_gives_the_same_job_for_the_same_body_and_409_for_ano
     assert_eq!(post(&acme, "order-8", &bad).await.unwrap().status(), 400);
     assert_eq!(post(&acme, "order-8", &job).await.unwrap().status(), 202, "the key was released");
     assert_eq!(post(&acme, "bad key", &job).await.unwrap().status(), 400);
-    let listed: Value = client
-        .get(format!("{url}/v1/jobs"))
-        .bearer_auth(&acme)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = get_json(&client, &format!("{url}/v1/jobs"), &acme).await;
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 2, "order-7 once, order-8 once: {listed}");
     server.stop();
 }
