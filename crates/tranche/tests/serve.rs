@@ -86,7 +86,7 @@ fn requests(n: usize) -> Vec<Value> {
 async fn wait_done(client: &reqwest::Client, url: &str, token: &str, job: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let status: Value = get_json(&client, &format!("{url}/v1/jobs/{job}"), token).await;
+        let status: Value = get_json(client, &format!("{url}/v1/jobs/{job}"), token).await;
         if status["state"] == "done" {
             return status;
         }
