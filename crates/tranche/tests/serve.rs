@@ -537,3 +537,33 @@ async fn an_idempotency_key_gives_the_same_job_for_the_same_body_and_409_for_ano
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 2, "order-7 once, order-8 once: {listed}");
     server.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_only_node_needs_no_provider_credentials() {
+    let env = Env::new();
+    let acme = tenant(&env, "acme", &[]);
+    let mut child = env
+        .tranche()
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("AZURE_OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .args(["serve", "--addr", "127.0.0.1:0", "--no-worker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let server = Server { url: first.trim().replace("listening on ", ""), child };
+    let client = reqwest::Client::new();
+    let job = json!({"settings": {"task": "greet"}, "requests": requests(3)});
+    let response = client
+        .post(format!("{}/v1/jobs", server.url))
+        .bearer_auth(&acme)
+        .json(&job)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202, "jobs are taken in; a worker elsewhere carries them out");
+    server.stop();
+}

@@ -24,11 +24,20 @@ pub async fn run(app: App, global: &Global, args: ServeArgs) -> CmdResult {
         max_requests_per_job: args.max_requests_per_job,
         max_concurrent_intake: args.max_concurrent_intake,
     };
-    // The engine with the providers' credentials: the worker's, and the files audit's.
-    let engine = context::engine(&app, global, &args.provider, None, &args.engine)
-        .await?
-        .with_janitor(settings.janitor_interval()?);
-    let state = ApiState::new(app.clone(), recorder, prices, limits).with_files(engine.clone());
+    // The engine with the providers' credentials: the worker's, and the files audit's. An
+    // API-only node needs none (its audit then lists no account).
+    let engine = match context::engine(&app, global, &args.provider, None, &args.engine).await {
+        Ok(engine) => Some(engine.with_janitor(settings.janitor_interval()?)),
+        Err(e) if args.no_worker => {
+            tracing::info!(reason = %e.error, "no provider engine: the files audit lists no account");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let mut state = ApiState::new(app.clone(), recorder, prices, limits);
+    if let Some(engine) = &engine {
+        state = state.with_files(engine.clone());
+    }
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.addr))?;
@@ -41,11 +50,11 @@ pub async fn run(app: App, global: &Global, args: ServeArgs) -> CmdResult {
         tracing::info!("shutting down: finishing calls under way");
         on_signal.cancel();
     });
-    let worker = if args.no_worker {
-        None
-    } else {
+    let worker = if let Some(engine) = engine.filter(|_| !args.no_worker) {
         let cancel = cancel.clone();
         Some(tokio::spawn(async move { engine.drive(Until::Cancelled, &cancel, || {}).await }))
+    } else {
+        None
     };
     tranche_server::serve(listener, state, cancel.clone().cancelled_owned())
         .await
