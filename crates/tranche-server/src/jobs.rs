@@ -1,8 +1,6 @@
 //! `/v1/jobs`: submit (a JSON body, or NDJSON streamed with the settings in the query string),
 //! list, show, cancel, results (NDJSON) and cost, each for the caller's jobs only.
 
-use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Json;
@@ -16,8 +14,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
-use tokio::io::BufReader;
-use tokio_util::io::StreamReader;
+use tokio::io::{AsyncSeekExt, AsyncWriteExt, BufReader};
 use tranche_app::{ExportOptions, Job, JobFilter, KeyClaim};
 use tranche_core::{JobId, JobState, RequestState};
 
@@ -109,13 +106,9 @@ pub async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    // Intake beyond the configured concurrency is turned away at once, never queued.
-    let _permit = state.intake.clone().try_acquire_owned().map_err(|_| {
-        ApiError::TooManyRequests(format!(
-            "{} submissions are being taken in already; try again shortly",
-            state.limits.max_concurrent_intake
-        ))
-    })?;
+    // Intake beyond the configured concurrency, in all or of this tenant, is turned away at
+    // once, never queued.
+    let _slot = state.intake.enter(&caller.0.name)?;
     let ndjson = is_ndjson(&headers);
     let fingerprint = Fingerprint::new(ndjson, uri.query());
     let tenant = caller.0.name.clone();
@@ -187,29 +180,35 @@ async fn accept(
     if ndjson {
         let settings = ApiSettings::try_from(query)?;
         let (provider, settings) = settings.job(&caller.0.name)?;
-        // Streamed: the body is read line by line as it arrives, never held whole; the
-        // counters stop it at the limits.
-        let over = Arc::new(AtomicBool::new(false));
-        let (seen, lines, flag) = (AtomicU64::new(0), AtomicU64::new(0), over.clone());
-        let fingerprint = fingerprint.clone();
-        let stream = body.into_data_stream().map(move |chunk| {
-            let chunk = chunk.map_err(io::Error::other)?;
-            let bytes = seen.fetch_add(chunk.len() as u64, Ordering::Relaxed) + chunk.len() as u64;
-            let newlines = chunk.iter().filter(|b| **b == b'\n').count() as u64;
-            let n = lines.fetch_add(newlines, Ordering::Relaxed) + newlines;
-            if bytes > limits.max_body_bytes || n > limits.max_requests_per_job {
-                flag.store(true, Ordering::Relaxed);
-                return Err(io::Error::other("over the intake limits"));
+        // The upload is spooled to a file of its own first, never held in memory, so that the
+        // job's transaction lasts as long as parsing and storing it, not as long as the
+        // client takes to send it (on SQLite, one open write transaction holds every other
+        // writer); the counters stop it at the limits.
+        let spool = tempfile::tempfile()
+            .map_err(|e| ApiError::Internal(format!("a spool file for the upload: {e}")))?;
+        let mut spool = tokio::fs::File::from_std(spool);
+        let (mut bytes, mut lines) = (0u64, 0u64);
+        let mut chunks = body.into_data_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::bad_input(format!("reading the upload: {e}")))?;
+            bytes += chunk.len() as u64;
+            lines += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+            if bytes > limits.max_body_bytes || lines > limits.max_requests_per_job {
+                return Err(too_large(limits));
             }
             fingerprint.update(&chunk);
-            Ok::<Bytes, io::Error>(chunk)
-        });
-        let reader = BufReader::new(StreamReader::new(stream));
-        let result = state.app.submit(&state.engine, reader, provider, settings, None).await;
-        if over.load(Ordering::Relaxed) {
-            return Err(too_large(limits));
+            spool
+                .write_all(&chunk)
+                .await
+                .map_err(|e| ApiError::Internal(format!("spooling the upload: {e}")))?;
         }
-        Ok(result?)
+        spool
+            .seek(std::io::SeekFrom::Start(0))
+            .await
+            .map_err(|e| ApiError::Internal(format!("reading the spooled upload: {e}")))?;
+        let reader = BufReader::new(spool);
+        Ok(state.app.submit(&state.engine, reader, provider, settings, None).await?)
     } else {
         let bytes = axum::body::to_bytes(body, limits.max_body_bytes as usize)
             .await
@@ -310,7 +309,7 @@ pub async fn results(
     let options = ExportOptions { status, ..ExportOptions::default() };
     let chunks = state.app.export_stream(job, options).map_ok(Bytes::from).map_err(|e| {
         tracing::error!(error = %e, "results stopped mid-stream");
-        io::Error::other(e.to_string())
+        std::io::Error::other(e.to_string())
     });
     Ok(([(CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(chunks)).into_response())
 }

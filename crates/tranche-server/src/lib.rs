@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod files;
 mod health;
+mod intake;
 mod jobs;
 mod metrics;
 mod openapi;
@@ -22,7 +23,6 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tranche_app::{App, Engine};
 use tranche_core::price::PriceTable;
 
@@ -39,6 +39,8 @@ pub struct Limits {
     pub max_requests_per_job: u64,
     /// Submissions taken in at once; more are answered 429.
     pub max_concurrent_intake: usize,
+    /// Submissions of one tenant taken in at once (its share of the above).
+    pub max_tenant_intake: usize,
 }
 
 impl Default for Limits {
@@ -47,6 +49,7 @@ impl Default for Limits {
             max_body_bytes: 256 * 1024 * 1024,
             max_requests_per_job: 1_000_000,
             max_concurrent_intake: 8,
+            max_tenant_intake: 4,
         }
     }
 }
@@ -59,14 +62,15 @@ pub struct ApiState {
     engine: Engine,
     prices: Arc<PriceTable>,
     limits: Limits,
-    intake: Arc<Semaphore>,
+    intake: Arc<intake::Intake>,
     /// An engine holding the providers' credentials, for the provider files audit.
     files: Option<Engine>,
 }
 
 impl ApiState {
     pub fn new(app: App, engine: Engine, prices: PriceTable, limits: Limits) -> Self {
-        let intake = Arc::new(Semaphore::new(limits.max_concurrent_intake.max(1)));
+        let intake =
+            Arc::new(intake::Intake::new(limits.max_concurrent_intake, limits.max_tenant_intake));
         Self { app, engine, prices: Arc::new(prices), limits, intake, files: None }
     }
 

@@ -350,6 +350,10 @@ pub struct ServeArgs {
     /// Submissions taken in at once (more are answered 429).
     #[arg(long, default_value_t = 8)]
     pub max_concurrent_intake: usize,
+    /// Submissions of one tenant taken in at once, so that one tenant's large uploads leave
+    /// room for the others' (more are answered 429).
+    #[arg(long, default_value_t = 4)]
+    pub max_tenant_intake: usize,
     #[command(flatten)]
     pub provider: ProviderArgs,
     #[command(flatten)]

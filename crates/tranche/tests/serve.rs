@@ -567,3 +567,42 @@ async fn an_api_only_node_needs_no_provider_credentials() {
     assert_eq!(response.status(), 202, "jobs are taken in; a worker elsewhere carries them out");
     server.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_open_upload_leaves_room_for_another_tenant() {
+    let env = Env::new();
+    let (acme, other) = (tenant(&env, "acme", &[]), tenant(&env, "other", &[]));
+    let sim = Sim::start(&[]);
+    let limits = ["--no-worker", "--max-concurrent-intake", "3", "--max-tenant-intake", "1"];
+    let server = Server::start(&env, &sim.openai, &limits);
+    let url = server.url.clone();
+    let client = reqwest::Client::new();
+    // acme's upload stays open: its one place is taken while it streams.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let open = tokio::spawn(
+        client
+            .post(format!("{url}/v1/jobs?task=slow"))
+            .bearer_auth(&acme)
+            .header("content-type", "application/x-ndjson")
+            .body(reqwest::Body::wrap_stream(stream))
+            .send(),
+    );
+    let line = format!("{}\n", requests(1)[0]);
+    tx.send(Ok(line.clone().into())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let job = json!({"settings": {"task": "greet"}, "requests": requests(2)});
+    let post =
+        |token: &str| client.post(format!("{url}/v1/jobs")).bearer_auth(token).json(&job).send();
+    let second = post(&acme).await.unwrap();
+    assert_eq!(second.status(), 429, "acme's share is taken");
+    let body: Value = second.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "intake_busy");
+    assert_eq!(post(&other).await.unwrap().status(), 202, "another tenant is not starved");
+    // The open upload ends and is committed; acme's place is free again.
+    drop(tx);
+    assert_eq!(open.await.unwrap().unwrap().status(), 202);
+    assert_eq!(post(&acme).await.unwrap().status(), 202);
+    server.stop();
+}

@@ -23,6 +23,7 @@ pub async fn run(app: App, global: &Global, args: ServeArgs) -> CmdResult {
         max_body_bytes: args.max_body_bytes,
         max_requests_per_job: args.max_requests_per_job,
         max_concurrent_intake: args.max_concurrent_intake,
+        max_tenant_intake: args.max_tenant_intake,
     };
     // The engine with the providers' credentials: the worker's, and the files audit's. An
     // API-only node needs none (its audit then lists no account).
