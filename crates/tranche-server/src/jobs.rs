@@ -1,8 +1,6 @@
 //! `/v1/jobs`: submit (a JSON body, or NDJSON streamed with the settings in the query string),
 //! list, show, cancel, results (NDJSON) and cost, each for the caller's jobs only.
 
-use std::sync::{Arc, Mutex};
-
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -62,9 +60,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// A submission's fingerprint for its idempotency key: how it was sent (JSON or NDJSON), its
-/// query string and its body, hashed as they arrive.
-#[derive(Debug, Clone)]
-struct Fingerprint(Arc<Mutex<Sha256>>);
+/// query string and its body, hashed as they arrive. A submission without a key is not hashed.
+#[derive(Debug)]
+struct Fingerprint(Option<Sha256>);
 
 impl Fingerprint {
     fn new(ndjson: bool, query: Option<&str>) -> Self {
@@ -72,17 +70,21 @@ impl Fingerprint {
         hasher.update(if ndjson { b"ndjson\n" as &[u8] } else { b"json\n" });
         hasher.update(query.unwrap_or("").as_bytes());
         hasher.update(b"\n");
-        Self(Arc::new(Mutex::new(hasher)))
+        Self(Some(hasher))
     }
 
-    fn update(&self, bytes: &[u8]) {
-        if let Ok(mut hasher) = self.0.lock() {
+    fn none() -> Self {
+        Self(None)
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        if let Some(hasher) = &mut self.0 {
             hasher.update(bytes);
         }
     }
 
-    fn hex(&self) -> String {
-        self.0.lock().map(|h| hex::encode(h.clone().finalize())).unwrap_or_default()
+    fn hex(self) -> String {
+        self.0.map(|h| hex::encode(h.finalize())).unwrap_or_default()
     }
 }
 
@@ -110,15 +112,16 @@ pub async fn submit(
     // once, never queued.
     let _slot = state.intake.enter(&caller.0.name)?;
     let ndjson = is_ndjson(&headers);
-    let fingerprint = Fingerprint::new(ndjson, uri.query());
     let tenant = caller.0.name.clone();
     let Some(key) = idempotency_key(&headers)? else {
-        let submitted = accept(&state, &caller, query, ndjson, body, &fingerprint).await?;
+        let mut none = Fingerprint::none();
+        let submitted = accept(&state, &caller, query, ndjson, body, &mut none).await?;
         return Ok(accepted(submitted.job_id.to_string(), submitted.accepted));
     };
+    let mut fingerprint = Fingerprint::new(ndjson, uri.query());
     match state.app.claim_key(&tenant, &key).await? {
         KeyClaim::Claimed => {
-            match accept(&state, &caller, query, ndjson, body, &fingerprint).await {
+            match accept(&state, &caller, query, ndjson, body, &mut fingerprint).await {
                 Ok(submitted) => {
                     let hash = fingerprint.hex();
                     state.app.complete_key(&tenant, &key, &hash, submitted.job_id).await?;
@@ -174,7 +177,7 @@ async fn accept(
     query: QuerySettings,
     ndjson: bool,
     body: Body,
-    fingerprint: &Fingerprint,
+    fingerprint: &mut Fingerprint,
 ) -> Result<tranche_app::Submitted, ApiError> {
     let limits = state.limits;
     if ndjson {
