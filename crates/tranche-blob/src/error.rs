@@ -20,6 +20,14 @@ pub enum BlobError {
         #[source]
         source: object_store::Error,
     },
+    /// A local folder's file could not be handled.
+    #[error("blob store: {op} `{key}`: {source}")]
+    Local {
+        op: &'static str,
+        key: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("reading `{path}` into the blob store: {source}")]
     Read {
         path: std::path::PathBuf,

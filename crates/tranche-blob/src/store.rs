@@ -3,7 +3,7 @@
 //! HTTP only with `AWS_ALLOW_HTTP=true`).
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -31,6 +31,8 @@ pub struct BlobRef {
 pub struct BlobStore {
     inner: Arc<dyn ObjectStore>,
     url: String,
+    /// The folder of a local store: where a writer killed mid-object left its staging file.
+    local_root: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for BlobStore {
@@ -89,7 +91,7 @@ impl BlobStore {
                 ));
             }
         };
-        Ok(Self { inner, url: url.to_owned() })
+        Ok(Self { inner, url: url.to_owned(), local_root: None })
     }
 
     /// The store in the local folder `root` (made when the first object is written).
@@ -101,7 +103,8 @@ impl BlobStore {
         // write (objects are written whole: staged beside their name, then renamed).
         let prefix = object_store::path::Path::from(root.to_string_lossy().as_ref());
         let inner = PrefixStore::new(LocalFileSystem::new(), prefix);
-        Self { inner: Arc::new(inner), url: url.trim_end_matches('/').to_owned() }
+        let url = url.trim_end_matches('/').to_owned();
+        Self { inner: Arc::new(inner), url, local_root: Some(root) }
     }
 
     /// The URL the store was opened with (a deployment's engines must share one).
@@ -180,12 +183,24 @@ impl BlobStore {
         }
     }
 
-    /// Deletes the object; one already gone counts as deleted.
+    /// Deletes the object; one already gone counts as deleted. In a local folder, the staging
+    /// files a writer killed mid-object left beside it (`NAME#N`, which listings never show)
+    /// go too. (An S3 bucket's incomplete multipart uploads are its lifecycle rule's to abort.)
     pub async fn delete(&self, key: &BlobKey) -> Result<(), BlobError> {
         match self.inner.delete(&key.path()).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(source) => Err(BlobError::Backend { op: "deleting", key: key.to_string(), source }),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(source) => {
+                return Err(BlobError::Backend { op: "deleting", key: key.to_string(), source });
+            }
         }
+        if let Some(root) = &self.local_root {
+            remove_staging(&root.join(key.as_str())).await.map_err(|source| BlobError::Local {
+                op: "deleting",
+                key: key.to_string(),
+                source,
+            })?;
+        }
+        Ok(())
     }
 
     /// Every object under `prefix` (a key or a folder of keys), with its size, in key order.
@@ -203,4 +218,27 @@ impl BlobStore {
         found.sort();
         Ok(found)
     }
+}
+
+/// Removes the staging files (`NAME#N`) a killed writer left beside the object at `path`.
+async fn remove_staging(path: &Path) -> std::io::Result<()> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return Ok(()) };
+    let prefix = format!("{}#", name.to_string_lossy());
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    while let Some(entry) = entries.next_entry().await? {
+        let file = entry.file_name();
+        let staged = file.to_str().and_then(|f| f.strip_prefix(&prefix));
+        if staged.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+            match tokio::fs::remove_file(entry.path()).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
 }

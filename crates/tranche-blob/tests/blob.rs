@@ -174,3 +174,22 @@ fn unknown_schemes_and_bucketless_urls_are_refused_by_name() {
     let err = BlobStore::open("s3:///prefix").unwrap_err();
     assert!(err.to_string().contains("no bucket"), "{err}");
 }
+
+#[tokio::test]
+async fn deleting_a_local_object_removes_what_a_killed_writer_staged_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BlobStore::local(&dir.path().join("blobs"));
+    let object = key("tranches/t1/input.jsonl");
+    store.put(&object, Bytes::from_static(b"{}\n")).await.unwrap();
+    let folder = dir.path().join("blobs/tranches/t1");
+    // What a writer SIGKILLed mid-object leaves: its staging file, which listings never show.
+    std::fs::write(folder.join("input.jsonl#3"), b"{").unwrap();
+    std::fs::write(folder.join("input.jsonl.keep"), b"").unwrap();
+    assert_eq!(store.list(&key("tranches/t1")).await.unwrap().len(), 2);
+    store.delete(&object).await.unwrap();
+    let mut left: Vec<_> =
+        std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().file_name()).collect();
+    left.sort();
+    assert_eq!(left, ["input.jsonl.keep"], "the staging file went with its object");
+    store.delete(&object).await.unwrap();
+}
