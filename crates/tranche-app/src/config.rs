@@ -54,6 +54,14 @@ pub struct EngineSettings {
     /// Enqueued-token budget for models without their own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_token_budget: Option<u64>,
+    /// The most of each model's enqueued-token budget one tenant may hold, as a share
+    /// (0 < share ≤ 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_token_share: Option<f64>,
+    /// The most unfinished batches (each at most one input file) one tenant may have on a
+    /// provider account.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_max_files: Option<u64>,
     /// Seconds a lease on a step or on planning lasts unless renewed [default: 60].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<f64>,
@@ -92,13 +100,15 @@ pub struct EngineSettings {
 const JANITOR_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// The keys the environment may set, each as `TRANCHE_<KEY>`.
-const ENV_KEYS: [&str; 14] = [
+const ENV_KEYS: [&str; 16] = [
     "poll_interval",
     "min_batch_size",
     "max_wait",
     "max_batch_requests",
     "max_batch_bytes",
     "default_token_budget",
+    "tenant_token_share",
+    "tenant_max_files",
     "lease",
     "max_attempts",
     "file_expires_after",
@@ -159,6 +169,20 @@ impl EngineSettings {
         config.max_batch_bytes = self.max_batch_bytes;
         config.token_budgets = self.token_budgets.clone();
         config.default_token_budget = self.default_token_budget;
+        if let Some(share) = self.tenant_token_share {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(AppError::Config(format!(
+                    "tenant_token_share must be above 0 and at most 1, got {share}"
+                )));
+            }
+            config.tenant_token_share = Some(share);
+        }
+        if let Some(n) = self.tenant_max_files {
+            if n == 0 {
+                return Err(AppError::Config("tenant_max_files must be at least 1".to_owned()));
+            }
+            config.tenant_max_files = Some(n);
+        }
         if let Some(lease) = self.lease {
             config.lease = seconds("lease", lease, false)?;
         }
@@ -304,6 +328,44 @@ mod tests {
             let err = settings.engine_config(jail.directory()).unwrap_err();
             assert!(err.to_string().contains("lease must be a positive number"), "{err}");
             assert!(err.is_usage());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn tenant_shares_are_taken_from_file_and_environment_and_checked() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            let config = layered(jail, &EngineSettings::default());
+            let config = config.engine_config(jail.directory()).unwrap();
+            assert_eq!((config.tenant_token_share, config.tenant_max_files), (None, None));
+            jail.create_file(
+                CONFIG_FILE,
+                "tenant_token_share = 0.25
+default_token_budget = 1000
+",
+            )?;
+            jail.set_env("TRANCHE_TENANT_MAX_FILES", "40");
+            let config = layered(jail, &EngineSettings::default());
+            let config = config.engine_config(jail.directory()).unwrap();
+            assert_eq!(
+                (config.tenant_token_share, config.tenant_max_files),
+                (Some(0.25), Some(40))
+            );
+            assert_eq!(config.tenant_token_cap("any"), Some(250));
+            jail.create_file(
+                CONFIG_FILE,
+                "tenant_token_share = 1.5
+",
+            )?;
+            let settings = layered(jail, &EngineSettings::default());
+            let err = settings.engine_config(jail.directory()).unwrap_err();
+            assert!(err.to_string().contains("tenant_token_share must be above 0"), "{err}");
+            jail.create_file(CONFIG_FILE, "")?;
+            jail.set_env("TRANCHE_TENANT_MAX_FILES", "0");
+            let settings = layered(jail, &EngineSettings::default());
+            let err = settings.engine_config(jail.directory()).unwrap_err();
+            assert!(err.to_string().contains("tenant_max_files must be at least 1"), "{err}");
             Ok(())
         });
     }

@@ -47,6 +47,14 @@ pub struct EngineConfig {
     pub token_budgets: BTreeMap<String, u64>,
     /// The budget for models not named in `token_budgets`; `None` admits everything.
     pub default_token_budget: Option<u64>,
+    /// The most of a model's enqueued-token budget one tenant's tranches may hold, as a
+    /// share (0 < share ≤ 1), so that room stays for the others; `None`: no cap but the
+    /// budget. Jobs without a tenant count as one tenant.
+    pub tenant_token_share: Option<f64>,
+    /// The most unfinished tranches (each holding at most one input file at the provider) one
+    /// tenant may have on an account, so that its share of the account's file quota is
+    /// capped; `None`: no cap. Applies to providers that take input as files.
+    pub tenant_max_files: Option<u64>,
     /// How long a lease on a tranche step (or on planning) lasts unless renewed. An engine
     /// that dies holding one delays that work by at most this long; a step starts no side
     /// effect with less than a quarter of it left.
@@ -88,6 +96,8 @@ impl EngineConfig {
             max_wait: Duration::ZERO,
             token_budgets: BTreeMap::new(),
             default_token_budget: None,
+            tenant_token_share: None,
+            tenant_max_files: None,
             lease: Duration::from_secs(60),
             parallel_steps: 4,
             file_limits: BTreeMap::from([(ProviderKind::Azure, FileLimits::AZURE)]),
@@ -105,6 +115,15 @@ impl EngineConfig {
     /// The enqueued-token budget of a model, if it has one.
     pub fn token_budget(&self, model: &str) -> Option<u64> {
         self.token_budgets.get(model).copied().or(self.default_token_budget)
+    }
+
+    /// The most of `model`'s enqueued tokens one tenant may hold, when both a budget and a
+    /// tenant share are set (at least one token).
+    pub fn tenant_token_cap(&self, model: &str) -> Option<u64> {
+        let (budget, share) = (self.token_budget(model)?, self.tenant_token_share?);
+        // Budgets are far below 2^52 tokens, so the f64 product is exact enough.
+        let cap = (budget as f64 * share).floor() as u64;
+        Some(cap.max(1))
     }
 
     /// The wait before a request's `attempt`-th try (1-based), doubling from `retry_backoff`.

@@ -21,6 +21,7 @@ mod raw;
 mod recover;
 mod reparse;
 mod settle;
+mod shares;
 mod steps;
 mod submit;
 

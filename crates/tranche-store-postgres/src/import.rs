@@ -14,7 +14,7 @@ use crate::PgStore;
 
 /// The SQLite schema this copier reads: the last of the SQLite store's migrations, which
 /// PostgreSQL's schema mirrors.
-const SQLITE_SCHEMA: i64 = 17;
+const SQLITE_SCHEMA: i64 = 18;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;
@@ -168,19 +168,19 @@ impl PgStore {
                              bytes, input_file_id, batch_id, batch_status, output_file_id,
                              error_file_id, results_url, batch_errors, last_error, not_before,
                              est_tokens, cancel_requested, created_at, updated_at, lease_owner,
-                             lease_token, lease_expires_at, account, answer_check
+                             lease_token, lease_expires_at, account, answer_check, tenant
                       FROM tranches WHERE rowid > ? ORDER BY rowid LIMIT ?",
             insert = "INSERT INTO tranches (id, provider, endpoint, model, state, request_count,
                              bytes, input_file_id, batch_id, batch_status, output_file_id,
                              error_file_id, results_url, batch_errors, last_error, not_before,
                              est_tokens, cancel_requested, created_at, updated_at, lease_owner,
-                             lease_token, lease_expires_at, account, answer_check)
+                             lease_token, lease_expires_at, account, answer_check, tenant)
                       SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[],
                              $5::text[], $6::bigint[], $7::bigint[], $8::text[], $9::text[],
                              $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
                              $15::text[], $16::bigint[], $17::bigint[], $18::boolean[],
                              $19::bigint[], $20::bigint[], $21::text[], $22::text[],
-                             $23::bigint[], $24::text[], $25::text[])",
+                             $23::bigint[], $24::text[], $25::text[], $26::text[])",
             keys = [k: i64 = i64::MIN],
             columns = [id: String, provider: String, endpoint: String, model: String,
                 state: String, request_count: i64, bytes: i64, input_file_id: Option<String>,
@@ -190,7 +190,8 @@ impl PgStore {
                 last_error: Option<String>, not_before: i64, est_tokens: i64,
                 cancel_requested: bool, created_at: i64, updated_at: i64,
                 lease_owner: Option<String>, lease_token: Option<String>,
-                lease_expires_at: i64, account: Option<String>, answer_check: Option<String>]
+                lease_expires_at: i64, account: Option<String>, answer_check: Option<String>,
+                tenant: Option<String>]
         );
         copy_table!(src, tx, report, "requests", page = PAGE,
             select = "SELECT id AS k, id, job_id, line, custom_id, wire_id, provider, endpoint,

@@ -75,6 +75,11 @@ fn migrator() -> Migrator {
             "idempotency keys",
             include_str!("../migrations/postgres/0004_idempotency_keys.sql"),
         ),
+        migration(
+            5,
+            "tranche tenants",
+            include_str!("../migrations/postgres/0005_tranche_tenants.sql"),
+        ),
     ])
 }
 

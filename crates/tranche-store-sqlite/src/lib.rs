@@ -99,6 +99,11 @@ fn migrator() -> Migrator {
             "idempotency keys",
             include_str!("../migrations/sqlite/0017_idempotency_keys.sql"),
         ),
+        migration(
+            18,
+            "tranche tenants",
+            include_str!("../migrations/sqlite/0018_tranche_tenants.sql"),
+        ),
     ])
 }
 

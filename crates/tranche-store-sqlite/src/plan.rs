@@ -1,7 +1,7 @@
 //! Waiting requests in keyset pages, earlier answers, enqueued tokens, and claims.
 
 use sqlx::Row;
-use tranche_core::{Endpoint, JobId, LeaseToken, ProviderKind, Usd};
+use tranche_core::{AccountId, Endpoint, JobId, LeaseToken, ProviderKind, Usd};
 use tranche_store::rows::{day_of, parse, to_i64, to_u64};
 use tranche_store::*;
 
@@ -15,9 +15,16 @@ impl PlanStore for SqliteStore {
         now: i64,
     ) -> StoreResult<Vec<PendingGroup>> {
         let rows = sqlx::query(
-            "SELECT endpoint, model, answer_check, COUNT(*), MIN(accepted_at) FROM requests
-             WHERE state = 'pending' AND provider = ? AND not_before <= ?
-             GROUP BY endpoint, model, answer_check ORDER BY endpoint, model, answer_check",
+            // Grouped by job first (one pass over the pending index), then by the jobs'
+            // tenant: a join per job, not per request.
+            "SELECT g.endpoint, g.model, g.answer_check, j.tenant, SUM(g.n), MIN(g.oldest)
+             FROM (SELECT job_id, endpoint, model, answer_check, COUNT(*) AS n,
+                          MIN(accepted_at) AS oldest
+                   FROM requests WHERE state = 'pending' AND provider = ? AND not_before <= ?
+                   GROUP BY job_id, endpoint, model, answer_check) AS g
+             JOIN jobs AS j ON j.id = g.job_id
+             GROUP BY g.endpoint, g.model, g.answer_check, j.tenant
+             ORDER BY g.endpoint, g.model, g.answer_check, j.tenant",
         )
         .bind(provider.as_str())
         .bind(now)
@@ -30,8 +37,9 @@ impl PlanStore for SqliteStore {
                     endpoint: parse::<Endpoint>("endpoint", &endpoint)?,
                     model: row.try_get(1)?,
                     answer_check: row.try_get(2)?,
-                    count: to_u64(row.try_get(3)?),
-                    oldest_accepted_at: row.try_get(4)?,
+                    tenant: row.try_get(3)?,
+                    count: to_u64(row.try_get(4)?),
+                    oldest_accepted_at: row.try_get(5)?,
                 })
             })
             .collect()
@@ -40,7 +48,7 @@ impl PlanStore for SqliteStore {
     async fn pending_page(
         &self,
         provider: ProviderKind,
-        group: (Endpoint, &str, Option<&str>),
+        group: Pool<'_>,
         now: i64,
         after: i64,
         limit: u32,
@@ -49,6 +57,7 @@ impl PlanStore for SqliteStore {
             "SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
              WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ? AND id > ?
                AND not_before <= ? AND answer_check IS ?
+               AND job_id IN (SELECT id FROM jobs WHERE tenant IS ?)
                AND NOT EXISTS (
                    SELECT 1 FROM requests AS t
                    WHERE t.custom_id = requests.custom_id AND t.input_hash = requests.input_hash
@@ -57,11 +66,12 @@ impl PlanStore for SqliteStore {
              ORDER BY id LIMIT ?",
         )
         .bind(provider.as_str())
-        .bind(group.0.as_str())
-        .bind(group.1)
+        .bind(group.endpoint.as_str())
+        .bind(group.model)
         .bind(after)
         .bind(now)
-        .bind(group.2)
+        .bind(group.answer_check)
+        .bind(group.tenant)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
@@ -200,6 +210,32 @@ impl PlanStore for SqliteStore {
         rows.iter().map(|row| Ok((row.try_get(0)?, to_u64(row.try_get(1)?)))).collect()
     }
 
+    async fn tenant_loads(&self, provider: ProviderKind) -> StoreResult<Vec<TenantLoad>> {
+        let rows = sqlx::query(
+            "SELECT tenant, account, model,
+                    COALESCE(SUM(CASE WHEN state IN ('planned', 'uploading', 'uploaded', 'creating',
+                                                     'submitted')
+                                      THEN est_tokens ELSE 0 END), 0),
+                    COUNT(*)
+             FROM tranches WHERE provider = ? AND state NOT IN ('done', 'failed')
+             GROUP BY tenant, account, model ORDER BY tenant, account, model",
+        )
+        .bind(provider.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(TenantLoad {
+                    tenant: row.try_get(0)?,
+                    account: row.try_get::<Option<String>, _>(1)?.map(AccountId::from_stored),
+                    model: row.try_get(2)?,
+                    enqueued_tokens: to_u64(row.try_get(3)?),
+                    live_tranches: to_u64(row.try_get(4)?),
+                })
+            })
+            .collect()
+    }
+
     async fn job_queued_cost(&self, job: JobId) -> StoreResult<Usd> {
         let nanos: i64 = sqlx::query_scalar(
             "SELECT COALESCE(SUM(max_cost), 0) FROM requests WHERE job_id = ? AND state = 'queued'",
@@ -247,9 +283,10 @@ impl PlanStore for SqliteStore {
         }
         let id = tranche.id.to_string();
         sqlx::query(
-            "INSERT INTO tranches (id, provider, account, endpoint, model, answer_check, state,
-                                   request_count, bytes, est_tokens, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
+            "INSERT INTO tranches (id, provider, account, endpoint, model, answer_check, tenant,
+                                   state, request_count, bytes, est_tokens, created_at,
+                                   updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
         )
         .bind(&id)
         .bind(tranche.provider.as_str())
@@ -257,6 +294,7 @@ impl PlanStore for SqliteStore {
         .bind(tranche.endpoint.as_str())
         .bind(&tranche.model)
         .bind(tranche.answer_check.as_deref())
+        .bind(tranche.tenant.as_deref())
         .bind(to_i64(tranche.bytes))
         .bind(to_i64(tranche.est_tokens))
         .bind(tranche.created_at)

@@ -38,9 +38,15 @@ fn new_tranche(provider: ProviderKind, model: &str) -> NewTranche {
         endpoint: Endpoint::ChatCompletions,
         model: model.into(),
         answer_check: None,
+        tenant: None,
         bytes: 0,
         created_at: 1,
     }
+}
+
+/// The chat-completions group of `model` and `check` of jobs without a tenant.
+fn pool<'a>(model: &'a str, check: Option<&'a str>) -> Pool<'a> {
+    Pool { endpoint: Endpoint::ChatCompletions, model, answer_check: check, tenant: None }
 }
 
 /// The account the suite's tranches are on.
@@ -96,6 +102,45 @@ fn new_job() -> NewJob {
     }
 }
 
+/// Waiting requests are grouped by their jobs' tenant, a page reads one tenant's, and a
+/// tranche's tenant is what each tenant's load is counted by.
+pub async fn waiting_requests_are_grouped_by_tenant_and_tranches_hold_one(store: &dyn Store) {
+    add_job(store, 2, "m").await;
+    let acme = NewJob {
+        settings: JobSettings { tenant: Some("acme".into()), ..new_job().settings },
+        ..new_job()
+    };
+    add_job_as(store, 3, "m", acme, "01").await;
+    let groups = store.pending_groups(ProviderKind::Openai, i64::MAX).await.unwrap();
+    let seen: Vec<_> = groups.iter().map(|g| (g.tenant.as_deref(), g.count)).collect();
+    assert_eq!(seen, [(None, 2), (Some("acme"), 3)]);
+    let page = |tenant: Option<&'static str>| async move {
+        let group = Pool { tenant, ..pool("m", None) };
+        store.pending_page(ProviderKind::Openai, group, i64::MAX, 0, 10).await.unwrap()
+    };
+    assert_eq!(page(None).await.len(), 2);
+    let ids: Vec<i64> = page(Some("acme")).await.iter().map(|p| p.request_id).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(page(Some("other")).await.is_empty());
+    let tranche = NewTranche {
+        tenant: Some("acme".into()),
+        est_tokens: 30,
+        ..new_tranche(ProviderKind::Openai, "m")
+    };
+    assert_eq!(create_tranche(store, &tranche, &ids).await, Some(3));
+    let loads = store.tenant_loads(ProviderKind::Openai).await.unwrap();
+    let expected = TenantLoad {
+        tenant: Some("acme".into()),
+        account: Some(account()),
+        model: "m".into(),
+        enqueued_tokens: 30,
+        live_tranches: 1,
+    };
+    assert_eq!(loads, [expected]);
+    assert!(page(Some("acme")).await.is_empty(), "claimed requests no longer wait");
+    assert!(store.tenant_loads(ProviderKind::Anthropic).await.unwrap().is_empty());
+}
+
 /// Records a job of `n` requests of `model` (`k0:t:v1`, `k1:t:v1`, ...), bodies in the store.
 pub async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
     add_job_as(store, n, model, new_job(), "00").await
@@ -141,13 +186,7 @@ async fn pending_ids(store: &dyn Store, model: &str) -> Vec<i64> {
     loop {
         let after = ids.last().copied().unwrap_or(0);
         let page = store
-            .pending_page(
-                ProviderKind::Openai,
-                (Endpoint::ChatCompletions, model, None),
-                i64::MAX,
-                after,
-                7,
-            )
+            .pending_page(ProviderKind::Openai, pool(model, None), i64::MAX, after, 7)
             .await
             .unwrap();
         if page.is_empty() {
@@ -500,7 +539,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
     }
     writer.commit().await.unwrap();
     let ids: Vec<i64> = store
-        .pending_page(ProviderKind::Openai, (Endpoint::ChatCompletions, "m", None), 10, 0, 10)
+        .pending_page(ProviderKind::Openai, pool("m", None), 10, 0, 10)
         .await
         .unwrap()
         .iter()
@@ -737,8 +776,7 @@ pub async fn twins_wait_and_answers_are_reused_only_when_checked_and_approved(st
     let waiting = pending_ids(store, "m").await;
     assert_eq!(waiting.len(), 2, "the twins wait: {waiting:?}");
     let page = |check: Option<&'static str>| async move {
-        let group = (Endpoint::ChatCompletions, "m", check);
-        store.pending_page(ProviderKind::Openai, group, i64::MAX, 0, 10).await.unwrap()
+        store.pending_page(ProviderKind::Openai, pool("m", check), i64::MAX, 0, 10).await.unwrap()
     };
     assert_eq!(page(Some("c1")).await.len(), 2, "another check is another request");
     let groups = store.pending_groups(ProviderKind::Openai, i64::MAX).await.unwrap();
@@ -844,7 +882,7 @@ pub async fn verdicts_apply_to_ended_requests_and_reopen_the_job(store: &dyn Sto
     store.set_job_check(job, &settings, Some(&check), 5).await.unwrap();
     assert_eq!(store.job(job).await.unwrap().unwrap().settings, settings);
     assert_eq!(store.answer_check("c2").await.unwrap(), Some(check));
-    let group = (Endpoint::ChatCompletions, "m", Some("c2"));
+    let group = pool("m", Some("c2"));
     let page = store.pending_page(ProviderKind::Openai, group, i64::MAX, 0, 10).await.unwrap();
     assert_eq!(page.len(), 1, "the request sent again carries the new check");
     let body = store.request_body(job, "k2:t:v1").await.unwrap();
@@ -1541,6 +1579,7 @@ macro_rules! store_conformance {
             idempotency_keys_are_claimed_once_then_completed_or_released,
             tenants_are_found_by_token_refused_twice_and_revoked,
             jobs_are_listed_newest_first_in_keyset_pages,
+            waiting_requests_are_grouped_by_tenant_and_tranches_hold_one,
         );
     };
     (@checks $factory:path; $($check:ident,)+) => {

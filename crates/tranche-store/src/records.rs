@@ -200,16 +200,53 @@ pub struct EarlierAnswer {
     pub answered_by: i64,
 }
 
-/// Requests of one provider, endpoint, model and answer check waiting for a tranche.
+/// One tenant's requests of one provider, endpoint, model and answer check waiting for a
+/// tranche: what one tranche may hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingGroup {
     pub endpoint: Endpoint,
     pub model: String,
     /// The check their answers must pass (one tranche holds one check).
     pub answer_check: Option<String>,
+    /// Their jobs' tenant (`None`: jobs recorded without one). One tranche holds one
+    /// tenant's requests, so tenants take turns and their shares can be capped.
+    pub tenant: Option<String>,
     pub count: u64,
     /// When the group's oldest request was accepted (pooling thresholds wait on it).
     pub oldest_accepted_at: i64,
+}
+
+impl PendingGroup {
+    /// The group, to read its requests by.
+    pub fn pool(&self) -> Pool<'_> {
+        Pool {
+            endpoint: self.endpoint,
+            model: &self.model,
+            answer_check: self.answer_check.as_deref(),
+            tenant: self.tenant.as_deref(),
+        }
+    }
+}
+
+/// Which waiting requests a page reads: one [`PendingGroup`] of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool<'a> {
+    pub endpoint: Endpoint,
+    pub model: &'a str,
+    pub answer_check: Option<&'a str>,
+    pub tenant: Option<&'a str>,
+}
+
+/// What one tenant holds of a provider's capacity, per account and model: the estimated
+/// tokens of its tranches that are (or are about to be) at the provider, and how many of its
+/// tranches have not ended (each holds at most one input file there until it is cleaned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantLoad {
+    pub tenant: Option<String>,
+    pub account: Option<AccountId>,
+    pub model: String,
+    pub enqueued_tokens: u64,
+    pub live_tranches: u64,
 }
 
 /// A tranche as first recorded.
@@ -224,6 +261,8 @@ pub struct NewTranche {
     pub model: String,
     /// The check its answers must pass.
     pub answer_check: Option<String>,
+    /// The tenant whose requests it holds.
+    pub tenant: Option<String>,
     pub bytes: u64,
     pub created_at: i64,
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use tranche_core::{
-    AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
-    TrancheId, TrancheState, Usd,
+    AccountId, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind, TrancheId,
+    TrancheState, Usd,
 };
 
 use crate::error::StoreResult;
@@ -142,22 +142,22 @@ pub trait MetricsStore: Send + Sync {
 #[async_trait::async_trait]
 pub trait PlanStore: Send + Sync {
     /// Requests of one provider waiting for a tranche whose backoff has passed, grouped by
-    /// endpoint, model and answer check.
+    /// endpoint, model, answer check and their jobs' tenant.
     async fn pending_groups(
         &self,
         provider: ProviderKind,
         now: i64,
     ) -> StoreResult<Vec<PendingGroup>>;
 
-    /// Up to `limit` requests of one group (endpoint, model, answer check) waiting for a
-    /// tranche whose backoff has passed, with ids above `after`, in the order they were
+    /// Up to `limit` requests of one group (endpoint, model, answer check, tenant) waiting
+    /// for a tranche whose backoff has passed, with ids above `after`, in the order they were
     /// accepted (keyset pages: memory does not grow with the number of waiting requests).
     /// A request identical (custom id, input hash, answer check) to one of another job in a
     /// tranche, or waiting since before it, is left out: it waits for that one's answer.
     async fn pending_page(
         &self,
         provider: ProviderKind,
-        group: (Endpoint, &str, Option<&str>),
+        group: Pool<'_>,
         now: i64,
         after: i64,
         limit: u32,
@@ -181,6 +181,10 @@ pub trait PlanStore: Send + Sync {
 
     /// Estimated tokens per model in tranches that are, or are about to be, at the provider.
     async fn enqueued_tokens(&self, provider: ProviderKind) -> StoreResult<Vec<(String, u64)>>;
+
+    /// What each tenant's tranches of one provider that have not ended hold, per account
+    /// and model (one aggregate over the live tranches).
+    async fn tenant_loads(&self, provider: ProviderKind) -> StoreResult<Vec<TenantLoad>>;
 
     /// The most a job's requests in flight (queued in tranches) may still cost: what its
     /// budget holds for them until their results are billed.

@@ -232,6 +232,14 @@ pub struct EngineArgs {
     /// Enqueued-token budget for models without their own.
     #[arg(long)]
     pub default_token_budget: Option<u64>,
+    /// The most of each model's enqueued-token budget one tenant's batches may hold, as a
+    /// share above 0 and at most 1 (jobs without a tenant count as one tenant).
+    #[arg(long, value_name = "SHARE")]
+    pub tenant_token_share: Option<f64>,
+    /// The most unfinished batches, each holding at most one input file, one tenant may have
+    /// on a provider account: its share of the account's file quota.
+    #[arg(long, value_name = "N")]
+    pub tenant_max_files: Option<u64>,
     /// At most this many requests per provider batch (the provider's own limit is the ceiling).
     #[arg(long)]
     pub max_batch_requests: Option<usize>,
@@ -574,6 +582,8 @@ impl EngineArgs {
             max_batch_bytes: self.max_batch_bytes,
             token_budgets: budgets,
             default_token_budget: self.default_token_budget,
+            tenant_token_share: self.tenant_token_share,
+            tenant_max_files: self.tenant_max_files,
             lease: self.lease,
             max_attempts: None,
             file_expires_after: provider.file_expires_after,

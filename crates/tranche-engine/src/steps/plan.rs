@@ -1,18 +1,21 @@
 //! Planning: cutting a provider's waiting requests into tranches, as the one engine holding
-//! that pool's planning lease, within the batch limits and the enqueued-token budget.
+//! that pool's planning lease, within the batch limits, the enqueued-token budget and the
+//! tenants' shares, the tenants taking turns.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use tracing::{debug, info, warn};
-use tranche_core::plan::{GroupKey, PlanItem, PlannedTranche, Planner};
-use tranche_core::{Endpoint, JobState, LeaseToken, ProviderKind, TrancheId};
-use tranche_store::NewTranche;
+use tranche_core::plan::{GroupKey, PlanItem, PlannedTranche, Planner, TrancheLimits};
+use tranche_core::{JobState, LeaseToken, ProviderKind, TrancheId};
+use tranche_providers::InputTransport;
+use tranche_store::{NewTranche, PendingGroup};
 
 use crate::budget::Budgets;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::lease::{Lease, Subject};
 use crate::policy;
+use crate::shares::{Caps, Shares};
 
 /// A hash of a wire id, to tell duplicates apart while planning without keeping the ids.
 fn wire_hash(wire_id: &str) -> u64 {
@@ -71,31 +74,38 @@ impl Engine {
         if groups.is_empty() {
             return Ok(());
         }
-        let mut enqueued: BTreeMap<String, u64> =
-            self.store.enqueued_tokens(kind).await?.into_iter().collect();
-        let mut budgets = Budgets::default();
+        let mut pass = Pass {
+            enqueued: self.store.enqueued_tokens(kind).await?.into_iter().collect(),
+            shares: Shares::new(self.store.tenant_loads(kind).await?),
+            budgets: Budgets::default(),
+        };
+        // Pooling thresholds: a group goes out once it is large enough or old enough. Groups
+        // that may share a batch but for their tenant (the same endpoint, model and check)
+        // are one family; its tenants take turns.
+        let mut families: Vec<Vec<PendingGroup>> = Vec::new();
         for group in groups {
-            // Pooling thresholds: a group goes out once it is large enough or old enough.
-            if !policy::pool_is_due(
+            let due = policy::pool_is_due(
                 group.count,
                 group.oldest_accepted_at,
                 now,
                 self.config.min_batch_size,
                 self.config.max_wait,
-            ) {
+            );
+            if !due {
                 continue;
             }
-            let check = group.answer_check.as_deref();
-            self.plan_group(
-                kind,
-                (group.endpoint, group.model.clone(), check),
-                now,
-                (&mut enqueued, &mut budgets),
-                duty,
-            )
-            .await?;
+            match families.last_mut() {
+                Some(family) if same_family(&family[0], &group) => family.push(group),
+                _ => families.push(vec![group]),
+            }
         }
-        budgets.settle(self, kind, now).await
+        for family in families {
+            if self.plan_family(kind, family, now, &mut pass, duty).await? == Stop::LeaseLost {
+                info!(provider = %kind, "the planning lease passed to another engine; planning stops");
+                return Ok(());
+            }
+        }
+        pass.budgets.settle(self, kind, now).await
     }
 
     /// Answers waiting requests whose custom id and input hash already have a succeeded
@@ -113,40 +123,73 @@ impl Engine {
         Ok(answered)
     }
 
-    /// Cuts one group's waiting requests (endpoint, model, answer check) into tranches, until
-    /// they run out or a tranche has to wait for enqueued-token room; a request whose job's
-    /// budget cannot hold it waits.
-    async fn plan_group(
+    /// Cuts a family's waiting requests (one endpoint, model and answer check; one group per
+    /// tenant) into tranches, the tenants taking turns a tranche each, the one holding least
+    /// of the model's enqueued tokens first. A tenant at its cap waits while the others go
+    /// on; once the model's budget is full, the family waits.
+    async fn plan_family(
         &self,
         kind: ProviderKind,
-        (endpoint, model, check): (Endpoint, String, Option<&str>),
+        family: Vec<PendingGroup>,
         now: i64,
-        (enqueued, budgets): (&mut BTreeMap<String, u64>, &mut Budgets),
+        pass: &mut Pass,
         duty: (&str, LeaseToken),
-    ) -> Result<(), EngineError> {
+    ) -> Result<Stop, EngineError> {
+        let limits = self.config.limits(kind);
+        let mut turns: Vec<Cursor> =
+            family.into_iter().map(|group| Cursor::new(kind, group, limits)).collect();
+        turns.sort_by_cached_key(|c| {
+            (pass.shares.tokens(c.tenant(), &c.key.model), c.tenant().map(str::to_owned))
+        });
+        let mut turns = VecDeque::from(turns);
+        while let Some(mut cursor) = turns.pop_front() {
+            let Some(planned) = self.next_tranche(&mut cursor, now, &mut pass.budgets).await?
+            else {
+                continue;
+            };
+            match self.claim(planned, &cursor.group, pass, duty).await? {
+                None => turns.push_back(cursor),
+                Some(Stop::TenantFull) => {
+                    debug!(tenant = cursor.tenant().unwrap_or("-"), model = %cursor.key.model, "a tenant's tranches wait for its share to free up");
+                }
+                Some(stop) => return Ok(stop),
+            }
+        }
+        Ok(Stop::Drained)
+    }
+
+    /// The next tranche of a group's waiting requests, read in keyset pages (memory holds a
+    /// page and the tranches it filled, however many requests wait); `None` once they run
+    /// out. A request whose job's budget cannot hold it waits.
+    async fn next_tranche(
+        &self,
+        cursor: &mut Cursor,
+        now: i64,
+        budgets: &mut Budgets,
+    ) -> Result<Option<PlannedTranche<(i64, u64)>>, EngineError> {
         const PAGE: u32 = 4_096;
-        let key = GroupKey { provider: kind, endpoint, model };
-        let mut planner = Planner::new(self.config.limits(kind));
-        // Two requests with one wire id (the same custom id in two jobs) must never share a
-        // batch: the later one waits for the next round, and so another tranche. Hashes of
-        // the open tranche's wire ids are enough to tell (a collision only delays a request).
-        let mut wire_ids = HashSet::new();
-        let mut after = 0;
         loop {
+            if let Some(planned) = cursor.ready.pop_front() {
+                return Ok(Some(planned));
+            }
+            let Some(planner) = cursor.planner.as_mut() else { return Ok(None) };
             let page = self
                 .store
-                .pending_page(kind, (endpoint, &key.model, check), now, after, PAGE)
+                .pending_page(cursor.key.provider, cursor.group.pool(), now, cursor.after, PAGE)
                 .await?;
-            let Some(last) = page.last() else { break };
-            after = last.request_id;
+            let Some(last) = page.last() else {
+                cursor.ready.extend(cursor.planner.take().map(Planner::finish).unwrap_or_default());
+                continue;
+            };
+            cursor.after = last.request_id;
             for item in page {
                 let hash = wire_hash(&item.wire_id);
-                if wire_ids.contains(&hash) || !budgets.admits(self, &item).await? {
+                if cursor.wire_ids.contains(&hash) || !budgets.admits(self, &item).await? {
                     continue;
                 }
-                wire_ids.insert(hash);
+                cursor.wire_ids.insert(hash);
                 let item = PlanItem {
-                    group: key.clone(),
+                    group: cursor.key.clone(),
                     bytes: item.wire_bytes,
                     item: (item.request_id, item.est_tokens),
                 };
@@ -155,46 +198,49 @@ impl Engine {
                 match planner.push(item) {
                     Ok(Some(full)) => {
                         // The item just pushed opened the next tranche, alone so far.
-                        wire_ids.clear();
-                        wire_ids.insert(hash);
-                        if !self.claim(full, check, enqueued, duty).await? {
-                            return Ok(());
-                        }
+                        cursor.wire_ids.clear();
+                        cursor.wire_ids.insert(hash);
+                        cursor.ready.push_back(full);
                     }
                     Ok(None) => {}
                     Err(e) => warn!(error = %e, "a stored request exceeds the batch size limit"),
                 }
             }
         }
-        for planned in planner.finish() {
-            if !self.claim(planned, check, enqueued, duty).await? {
-                break;
-            }
-        }
-        Ok(())
     }
 
-    /// Records a planned tranche and claims its requests, unless it would overflow the model's
-    /// enqueued-token budget. Returns false when planning stops: the tranche has to wait for
-    /// room, or the planning lease passed to another engine.
+    /// Records a planned tranche of one tenant's group and claims its requests, unless it
+    /// would overflow the model's enqueued-token budget or the tenant's caps. Returns why
+    /// planning stops, if it does.
     async fn claim(
         &self,
         planned: PlannedTranche<(i64, u64)>,
-        check: Option<&str>,
-        enqueued: &mut BTreeMap<String, u64>,
+        group: &PendingGroup,
+        pass: &mut Pass,
         duty: (&str, LeaseToken),
-    ) -> Result<bool, EngineError> {
+    ) -> Result<Option<Stop>, EngineError> {
         let est_tokens: u64 = planned.items.iter().map(|(_, tokens)| tokens).sum();
         let model = planned.group.model;
-        let queued = enqueued.get(&model).copied().unwrap_or(0);
+        let provider = self.provider(planned.group.provider)?;
+        let account = provider.account();
+        let tenant = group.tenant.as_deref();
+        let caps = Caps {
+            tokens: self.config.tenant_token_cap(&model),
+            files: self
+                .config
+                .tenant_max_files
+                .filter(|_| provider.transport() == InputTransport::UploadFile),
+        };
+        if !pass.shares.admits(tenant, (&model, &account), est_tokens, caps) {
+            return Ok(Some(Stop::TenantFull));
+        }
+        let queued = pass.enqueued.get(&model).copied().unwrap_or(0);
         let budget = self.config.token_budget(&model);
         if !policy::admits(queued, est_tokens, budget) {
             debug!(model = %model, queued, est_tokens, ?budget, "tranche waits for enqueued-token room");
-            return Ok(false);
+            return Ok(Some(Stop::ModelFull));
         }
-        *enqueued.entry(model.clone()).or_insert(0) += est_tokens;
         let ids: Vec<i64> = planned.items.iter().map(|(id, _)| *id).collect();
-        let account = self.provider(planned.group.provider)?.account();
         let tranche = NewTranche {
             id: TrancheId::new(),
             account,
@@ -202,27 +248,87 @@ impl Engine {
             provider: planned.group.provider,
             endpoint: planned.group.endpoint,
             model,
-            answer_check: check.map(str::to_owned),
+            answer_check: group.answer_check.clone(),
+            tenant: group.tenant.clone(),
             bytes: planned.bytes,
             created_at: self.now(),
         };
         match self.store.create_tranche(&tranche, &ids, duty).await? {
-            None => {
-                info!(provider = %tranche.provider, "the planning lease passed to another engine; planning stops");
-                Ok(false)
-            }
+            None => Ok(Some(Stop::LeaseLost)),
             Some(0) => {
                 debug!(model = %tranche.model, "the planned requests were claimed already");
-                Ok(true)
+                Ok(None)
             }
             Some(claimed) => {
-                info!(tranche = %tranche.id, model = %tranche.model, requests = claimed, est_tokens, "planned tranche");
+                *pass.enqueued.entry(tranche.model.clone()).or_insert(0) += est_tokens;
+                pass.shares.add(tenant, (&tranche.model, &tranche.account), est_tokens);
+                info!(tranche = %tranche.id, model = %tranche.model, tenant = tenant.unwrap_or("-"), requests = claimed, est_tokens, "planned tranche");
                 let now = self.now();
                 self.store
                     .move_jobs_of_tranche(tranche.id, JobState::Pending, JobState::Running, now)
                     .await?;
-                Ok(true)
+                Ok(None)
             }
         }
+    }
+}
+
+/// What one planning pass of a provider keeps track of as it claims.
+struct Pass {
+    /// Enqueued tokens per model.
+    enqueued: BTreeMap<String, u64>,
+    shares: Shares,
+    budgets: Budgets,
+}
+
+/// Why a family's planning stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Its waiting requests ran out (or wait for their jobs' budgets).
+    Drained,
+    /// The tenant's next tranche would pass its share: that tenant waits.
+    TenantFull,
+    /// The model's enqueued-token budget is full: the family waits for room.
+    ModelFull,
+    /// The planning lease passed to another engine: this pass claims nothing more.
+    LeaseLost,
+}
+
+/// Whether two groups may share a batch but for their tenant.
+fn same_family(a: &PendingGroup, b: &PendingGroup) -> bool {
+    (a.endpoint, &a.model, &a.answer_check) == (b.endpoint, &b.model, &b.answer_check)
+}
+
+/// One tenant's group being cut into tranches a tranche at a time.
+struct Cursor {
+    group: PendingGroup,
+    key: GroupKey,
+    /// `None` once the group's pages ran out (its last tranche is then in `ready`).
+    planner: Option<Planner<(i64, u64)>>,
+    /// Tranches cut from the last page, not claimed yet.
+    ready: VecDeque<PlannedTranche<(i64, u64)>>,
+    /// The last request id read.
+    after: i64,
+    /// Two requests with one wire id (the same custom id in two jobs) must never share a
+    /// batch: the later one waits for the next round, and so another tranche. Hashes of the
+    /// open tranche's wire ids are enough to tell (a collision only delays a request).
+    wire_ids: HashSet<u64>,
+}
+
+impl Cursor {
+    fn new(provider: ProviderKind, group: PendingGroup, limits: TrancheLimits) -> Self {
+        let key = GroupKey { provider, endpoint: group.endpoint, model: group.model.clone() };
+        Self {
+            group,
+            key,
+            planner: Some(Planner::new(limits)),
+            ready: VecDeque::new(),
+            after: 0,
+            wire_ids: HashSet::new(),
+        }
+    }
+
+    fn tenant(&self) -> Option<&str> {
+        self.group.tenant.as_deref()
     }
 }
