@@ -124,7 +124,7 @@ impl App {
             .map_err(|source| AppError::Read { path: path.to_owned(), source })?;
         let source = Some(path.display().to_string());
         engine
-            .submit(BufReader::new(file), provider, settings, source)
+            .submit(BufReader::with_capacity(1 << 20, file), provider, settings, source)
             .await
             .map_err(|e| AppError::from_submit(e, Some(path.to_owned())))
     }

@@ -11,9 +11,15 @@ use tokio::io::AsyncWriteExt;
 
 use crate::{BlobError, BlobKey, BlobRef};
 
-/// Bytes buffered before an object goes out in parts, and the size of each part (S3's
-/// smallest part is 5 MiB).
-const PART_BYTES: usize = 5 << 20;
+/// Bytes buffered before an object goes out in parts, and the size of each part: S3's
+/// smallest part is 5 MiB; a local folder takes parts of any size, so it gets 1 MiB and
+/// memory stays at a few MiB per writer whatever the object's size.
+pub(crate) const S3_PART_BYTES: usize = 5 << 20;
+pub(crate) const LOCAL_PART_BYTES: usize = 1 << 20;
+
+/// Small writes are gathered up to this many bytes before they go to the backend, which
+/// writes each handed chunk separately (a local folder: one write(2) per chunk).
+const GATHER_BYTES: usize = 1 << 20;
 
 /// Streams one object. Dropped or aborted before [`BlobWriter::finish`], it leaves no object
 /// under its key (a multipart upload is never completed; a local staging file is not the
@@ -23,6 +29,8 @@ pub struct BlobWriter {
     key: BlobKey,
     hasher: Sha256,
     size: u64,
+    /// Writes gathered and not yet handed to `inner`.
+    gathered: Vec<u8>,
 }
 
 impl std::fmt::Debug for BlobWriter {
@@ -32,11 +40,23 @@ impl std::fmt::Debug for BlobWriter {
 }
 
 impl BlobWriter {
-    pub(crate) fn new(store: Arc<dyn ObjectStore>, key: BlobKey) -> Self {
-        // Parts of S3's minimum size, two in flight: memory stays at a few parts, whatever
-        // the object's size.
-        let inner = BufWriter::with_capacity(store, key.path(), PART_BYTES).with_max_concurrency(2);
-        Self { inner: Some(inner), key, hasher: Sha256::new(), size: 0 }
+    pub(crate) fn new(store: Arc<dyn ObjectStore>, key: BlobKey, part_bytes: usize) -> Self {
+        // Two parts in flight: memory stays at a few parts, whatever the object's size.
+        let inner = BufWriter::with_capacity(store, key.path(), part_bytes).with_max_concurrency(2);
+        Self { inner: Some(inner), key, hasher: Sha256::new(), size: 0, gathered: Vec::new() }
+    }
+
+    /// Hands the gathered writes to the backend as one chunk.
+    async fn hand_over(&mut self) -> Result<(), BlobError> {
+        if self.gathered.is_empty() {
+            return Ok(());
+        }
+        let error = self.failed("writing");
+        let Some(inner) = self.inner.as_mut() else {
+            return Err(error(std::io::Error::other("the writer was finished")));
+        };
+        let chunk = Bytes::from(std::mem::take(&mut self.gathered));
+        inner.put(chunk).await.map_err(BlobError::backend("writing", self.key.as_str()))
     }
 
     fn failed(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> BlobError + use<> {
@@ -50,20 +70,24 @@ impl BlobWriter {
 
     /// Appends `bytes`.
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), BlobError> {
+        if self.inner.is_none() {
+            return Err(self.failed("writing")(std::io::Error::other("the writer was finished")));
+        }
         self.hasher.update(bytes);
         self.size += bytes.len() as u64;
-        let error = self.failed("writing");
-        let Some(inner) = self.inner.as_mut() else {
-            return Err(error(std::io::Error::other("the writer was finished")));
-        };
-        inner
-            .put(Bytes::copy_from_slice(bytes))
-            .await
-            .map_err(BlobError::backend("writing", self.key.as_str()))
+        if self.gathered.len() + bytes.len() > GATHER_BYTES {
+            self.hand_over().await?;
+        }
+        if self.gathered.capacity() == 0 {
+            self.gathered.reserve_exact(GATHER_BYTES.max(bytes.len()));
+        }
+        self.gathered.extend_from_slice(bytes);
+        Ok(())
     }
 
     /// Completes the object: from now on it is whole under its key.
     pub async fn finish(mut self) -> Result<BlobRef, BlobError> {
+        self.hand_over().await?;
         let error = self.failed("completing");
         let Some(mut inner) = self.inner.take() else {
             return Err(error(std::io::Error::other("the writer was finished")));

@@ -210,7 +210,7 @@ async fn accept(
             .seek(std::io::SeekFrom::Start(0))
             .await
             .map_err(|e| ApiError::Internal(format!("reading the spooled upload: {e}")))?;
-        let reader = BufReader::new(spool);
+        let reader = BufReader::with_capacity(1 << 20, spool);
         Ok(state.app.submit(&state.engine, reader, provider, settings, None).await?)
     } else {
         let bytes = axum::body::to_bytes(body, limits.max_body_bytes as usize)
