@@ -160,6 +160,24 @@ impl SqliteIngestWriter {
         if !self.staged {
             return Ok(());
         }
+        // Every staged request is queued in this tranche (staged as such, in this
+        // transaction): its job's counters move once per job here, not once per request.
+        crate::pause_counters(&mut self.tx, true).await?;
+        sqlx::query(
+            "UPDATE jobs SET n_queued = n_queued - d.n, n_succeeded = n_succeeded + d.n,
+                    n_retried = n_retried + d.retried, input_tokens = input_tokens + d.input,
+                    output_tokens = output_tokens + d.output
+             FROM (SELECT r.job_id, COUNT(*) AS n,
+                          SUM((s.attempt > 1) - (r.attempts > 1)) AS retried,
+                          SUM(COALESCE(s.input_tokens, 0) - COALESCE(r.input_tokens, 0)) AS input,
+                          SUM(COALESCE(s.output_tokens, 0) - COALESCE(r.output_tokens, 0)) AS output
+                   FROM temp.ingest_staged AS s JOIN requests AS r ON r.id = s.request_id
+                   WHERE r.state = 'queued'
+                   GROUP BY r.job_id) AS d
+             WHERE jobs.id = d.job_id",
+        )
+        .execute(&mut *self.tx)
+        .await?;
         // `id IN (SELECT ...)` walks the staged ids in order and seeks each row; an
         // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
         sqlx::query(
@@ -170,11 +188,12 @@ impl SqliteIngestWriter {
                 output_object = (SELECT output_object FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
                 output_offset = (SELECT output_offset FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
                 output_length = (SELECT output_length FROM temp.ingest_staged AS s WHERE s.request_id = requests.id)
-             WHERE id IN (SELECT request_id FROM temp.ingest_staged)",
+             WHERE id IN (SELECT request_id FROM temp.ingest_staged) AND state = 'queued'",
         )
         .bind(at)
         .execute(&mut *self.tx)
         .await?;
+        crate::pause_counters(&mut self.tx, false).await?;
         sqlx::query(
             "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, created_at,
                                    model, input_tokens, cached_input_tokens, cache_write_5m_tokens,

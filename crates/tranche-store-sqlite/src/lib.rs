@@ -104,7 +104,19 @@ fn migrator() -> Migrator {
             "tranche tenants",
             include_str!("../migrations/sqlite/0018_tranche_tenants.sql"),
         ),
+        migration(19, "bulk counters", include_str!("../migrations/sqlite/0019_bulk_counters.sql")),
     ])
+}
+
+/// Stands the per-row counter trigger aside (`true`) while a bulk statement of this
+/// transaction moves many requests whose jobs it counts itself, or brings it back (`false`,
+/// always before the commit: no other connection may see it paused).
+pub(crate) async fn pause_counters(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    paused: bool,
+) -> StoreResult<()> {
+    sqlx::query("UPDATE counter_pause SET paused = ?").bind(paused).execute(&mut **tx).await?;
+    Ok(())
 }
 
 /// Rows per multi-row `INSERT` at submit: 16 bound values a row, far below SQLite's limit of

@@ -302,6 +302,8 @@ impl PlanStore for SqliteStore {
         .execute(&mut *tx)
         .await?;
         let ids = crate::json_list("request ids", request_ids)?;
+        // The claimed requests' jobs are counted once each below, not once per request.
+        crate::pause_counters(&mut tx, true).await?;
         let claimed = sqlx::query(
             "UPDATE requests SET state = 'queued', tranche_id = ?
              WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",
@@ -312,9 +314,19 @@ impl PlanStore for SqliteStore {
         .await?
         .rows_affected();
         if claimed == 0 {
-            // Dropping the transaction rolls the empty tranche back.
+            // Dropping the transaction rolls the empty tranche (and the pause) back.
             return Ok(Some(0));
         }
+        sqlx::query(
+            "UPDATE jobs SET n_pending = n_pending - c.n, n_queued = n_queued + c.n
+             FROM (SELECT job_id, COUNT(*) AS n FROM requests WHERE tranche_id = ?
+                   GROUP BY job_id) AS c
+             WHERE jobs.id = c.job_id",
+        )
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
+        crate::pause_counters(&mut tx, false).await?;
         sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
             .bind(to_i64(claimed))
             .bind(&id)
