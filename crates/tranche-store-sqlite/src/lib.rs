@@ -112,7 +112,7 @@ fn migrator() -> Migrator {
 /// transaction moves many requests whose jobs it counts itself, or brings it back (`false`,
 /// always before the commit: no other connection may see it paused).
 pub(crate) async fn pause_counters(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    tx: &mut Transaction<'static, Sqlite>,
     paused: bool,
 ) -> StoreResult<()> {
     sqlx::query("UPDATE counter_pause SET paused = ?").bind(paused).execute(&mut **tx).await?;
