@@ -93,10 +93,13 @@ impl PgIngestWriter {
         // The first line with a wire id is the one recorded (`DISTINCT ON` keeps it; a later
         // one, in another chunk, finds its request answered). Each request waiting in the
         // tranche with that wire id (one at most: planning never puts two in one batch) is
-        // answered by it, looked up line by line in `requests_by_tranche`. Written so that the
-        // lines drive the join: a plan from statistics taken before the tranche existed
-        // (estimating one queued row) compared every line with every request instead, 5
-        // million comparisons per chunk of a 10,000-request tranche.
+        // answered by it, looked up line by line in `requests_by_tranche` and then by id.
+        // Written so that the lines drive the join whatever the statistics say: planned from
+        // statistics older than the tranche (a few queued rows estimated), a join on the
+        // tranche's rows compared every line with every request (5 million comparisons per
+        // chunk of a 10,000-request tranche) or hashed all of them for every chunk. The row
+        // comparison re-checks the request (a cancel may have moved it since) without
+        // offering the planner an index on it.
         let row = sqlx::query(concat!(
             "WITH lines AS (
                 SELECT * FROM UNNEST($2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
@@ -119,7 +122,7 @@ impl PgIngestWriter {
                 WHERE r.id = (SELECT q.id FROM requests AS q
                               WHERE q.tranche_id = $1 AND q.wire_id = f.wire_id
                                 AND q.state = 'queued')
-                  AND r.tranche_id = $1 AND r.state = 'queued'
+                  AND (r.tranche_id, r.state) IS NOT DISTINCT FROM ($1, 'queued')
                 RETURNING r.id, r.attempts, r.job_id, f.status_code, f.output, f.model,
                           f.input_tokens, f.cached_input_tokens, f.cache_write_5m_tokens,
                           f.cache_write_1h_tokens, f.output_tokens, f.reasoning_tokens
