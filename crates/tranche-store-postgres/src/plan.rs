@@ -1,8 +1,10 @@
 //! Waiting requests in keyset pages, earlier answers, enqueued tokens, and claims.
 
 use sqlx::Row;
-use tranche_core::{AccountId, Endpoint, JobId, LeaseToken, ProviderKind, Usd};
-use tranche_store::rows::{day_of, parse, to_i64, to_u64};
+use tranche_core::{JobId, LeaseToken, ProviderKind, Usd};
+use tranche_store::rows::{
+    day_of, parse, pending_group_from_row, tenant_load_from_row, to_i64, to_u64,
+};
 use tranche_store::*;
 
 use crate::PgStore;
@@ -31,19 +33,7 @@ impl PlanStore for PgStore {
         .bind(now)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                let endpoint: String = row.try_get(0)?;
-                Ok(PendingGroup {
-                    endpoint: parse::<Endpoint>("endpoint", &endpoint)?,
-                    model: row.try_get(1)?,
-                    answer_check: row.try_get(2)?,
-                    tenant: row.try_get(3)?,
-                    count: to_u64(row.try_get(4)?),
-                    oldest_accepted_at: row.try_get(5)?,
-                })
-            })
-            .collect()
+        rows.iter().map(pending_group_from_row).collect()
     }
 
     async fn pending_page(
@@ -237,17 +227,7 @@ impl PlanStore for PgStore {
         .bind(provider.as_str())
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(TenantLoad {
-                    tenant: row.try_get(0)?,
-                    account: row.try_get::<Option<String>, _>(1)?.map(AccountId::from_stored),
-                    model: row.try_get(2)?,
-                    enqueued_tokens: to_u64(row.try_get(3)?),
-                    live_tranches: to_u64(row.try_get(4)?),
-                })
-            })
-            .collect()
+        rows.iter().map(tenant_load_from_row).collect()
     }
 
     async fn job_queued_cost(&self, job: JobId) -> StoreResult<Usd> {

@@ -5,12 +5,12 @@
 use std::str::FromStr;
 
 use sqlx::{ColumnIndex, Decode, Row, Type};
-use tranche_core::{AccountId, EngineId, TokenUsage};
+use tranche_core::{AccountId, Endpoint, EngineId, TokenUsage};
 
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
-    AttemptInfo, InputBody, JobRecord, OutputRef, ResultRow, Review, ReviewVerdict, TenantRecord,
-    TrancheRecord, UsageRow,
+    AttemptInfo, InputBody, JobRecord, OutputRef, PendingGroup, ResultRow, Review, ReviewVerdict,
+    TenantLoad, TenantRecord, TrancheRecord, UsageRow,
 };
 
 /// A value a row of database `DB` can be read as.
@@ -161,6 +161,31 @@ pub fn tenant_from_row(row: &impl StoredRow) -> StoreResult<TenantRecord> {
         admin: row.flag("admin")?,
         created_at: row.int("created_at")?,
         revoked_at: row.opt_int("revoked_at")?,
+    })
+}
+
+/// What one tenant holds, from a row of `tenant, account, model, enqueued tokens, unfinished
+/// tranches` (`PlanStore::tenant_loads`).
+pub fn tenant_load_from_row(row: &impl StoredRow) -> StoreResult<TenantLoad> {
+    Ok(TenantLoad {
+        tenant: row.opt_text_at(0)?,
+        account: row.opt_text_at(1)?.map(AccountId::from_stored),
+        model: row.text_at(2)?,
+        enqueued_tokens: to_u64(row.int_at(3)?),
+        live_tranches: to_u64(row.int_at(4)?),
+    })
+}
+
+/// A group of waiting requests, from a row of `endpoint, model, answer check, tenant, count,
+/// oldest acceptance` (`PlanStore::pending_groups`).
+pub fn pending_group_from_row(row: &impl StoredRow) -> StoreResult<PendingGroup> {
+    Ok(PendingGroup {
+        endpoint: parse::<Endpoint>("endpoint", &row.text_at(0)?)?,
+        model: row.text_at(1)?,
+        answer_check: row.opt_text_at(2)?,
+        tenant: row.opt_text_at(3)?,
+        count: to_u64(row.int_at(4)?),
+        oldest_accepted_at: row.int_at(5)?,
     })
 }
 
