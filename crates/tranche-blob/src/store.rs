@@ -35,8 +35,26 @@ pub struct BlobRef {
 pub struct BlobStore {
     inner: Arc<dyn ObjectStore>,
     url: String,
-    /// The folder of a local store: where a writer killed mid-object left its staging file.
-    local_root: Option<PathBuf>,
+    /// A local store's file system and the prefix of its objects, to find an object's file
+    /// (read from one open file; staging files a killed writer left beside it).
+    local: Option<Local>,
+}
+
+/// A local store's files, named as `object_store` names them (every part of the path
+/// percent-encoded where it must be, the folder's own included).
+#[derive(Clone)]
+struct Local {
+    fs: Arc<LocalFileSystem>,
+    prefix: object_store::path::Path,
+}
+
+impl Local {
+    /// The file an object rests in.
+    fn file(&self, key: &BlobKey) -> Result<PathBuf, BlobError> {
+        let location: object_store::path::Path =
+            self.prefix.parts().chain(key.path().parts()).collect();
+        self.fs.path_to_filesystem(&location).map_err(BlobError::backend("locating", key.as_str()))
+    }
 }
 
 impl std::fmt::Debug for BlobStore {
@@ -95,7 +113,7 @@ impl BlobStore {
                 ));
             }
         };
-        Ok(Self { inner, url: url.to_owned(), local_root: None })
+        Ok(Self { inner, url: url.to_owned(), local: None })
     }
 
     /// The store in the local folder `root` (made when the first object is written).
@@ -106,9 +124,10 @@ impl BlobStore {
         // Paths below the filesystem's root, so that nothing has to exist before the first
         // write (objects are written whole: staged beside their name, then renamed).
         let prefix = object_store::path::Path::from(root.to_string_lossy().as_ref());
-        let inner = PrefixStore::new(LocalFileSystem::new(), prefix);
+        let inner = PrefixStore::new(LocalFileSystem::new(), prefix.clone());
         let url = url.trim_end_matches('/').to_owned();
-        Self { inner: Arc::new(inner), url, local_root: Some(root) }
+        let local = Local { fs: Arc::new(LocalFileSystem::new()), prefix };
+        Self { inner: Arc::new(inner), url, local: Some(local) }
     }
 
     /// The URL the store was opened with (a deployment's engines must share one).
@@ -130,7 +149,7 @@ impl BlobStore {
     /// A writer that streams an object: nothing is visible under `key` until
     /// [`BlobWriter::finish`], and a writer dropped or aborted leaves nothing behind there.
     pub fn writer(&self, key: &BlobKey) -> BlobWriter {
-        let part_bytes = if self.local_root.is_some() {
+        let part_bytes = if self.local.is_some() {
             crate::writer::LOCAL_PART_BYTES
         } else {
             crate::writer::S3_PART_BYTES
@@ -177,14 +196,20 @@ impl BlobStore {
         key: &BlobKey,
     ) -> Result<BoxStream<'static, Result<Bytes, BlobError>>, BlobError> {
         let name = key.as_str().to_owned();
-        if let Some(root) = &self.local_root {
-            let file = match tokio::fs::File::open(root.join(key.as_str())).await {
+        if let Some(local) = &self.local {
+            let local_error =
+                |source| BlobError::Local { op: "reading", key: name.clone(), source };
+            let file = match tokio::fs::File::open(local.file(key)?).await {
                 Ok(file) => file,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err(BlobError::NotFound(name));
                 }
-                Err(source) => return Err(BlobError::Local { op: "reading", key: name, source }),
+                Err(source) => return Err(local_error(source)),
             };
+            // A folder opens on some systems; it is not an object.
+            if !file.metadata().await.map_err(local_error)?.is_file() {
+                return Err(BlobError::NotFound(name));
+            }
             let chunks = tokio_util::io::ReaderStream::with_capacity(file, LOCAL_READ_BYTES);
             return Ok(chunks
                 .map_err(move |source| BlobError::Local {
@@ -220,8 +245,8 @@ impl BlobStore {
                 return Err(BlobError::Backend { op: "deleting", key: key.to_string(), source });
             }
         }
-        if let Some(root) = &self.local_root {
-            remove_staging(&root.join(key.as_str())).await.map_err(|source| BlobError::Local {
+        if let Some(local) = &self.local {
+            remove_staging(&local.file(key)?).await.map_err(|source| BlobError::Local {
                 op: "deleting",
                 key: key.to_string(),
                 source,
@@ -247,24 +272,17 @@ impl BlobStore {
     }
 }
 
-/// Removes the staging files (`NAME#N`) a killed writer left beside the object at `path`.
+/// Removes the staging files a killed writer left beside the object at `path`: `object_store`
+/// names them `NAME#1`, `NAME#2`, ..., each writer taking the first free number, so leftovers
+/// run from `#1` up and the first number missing ends them (the folder is never listed).
 async fn remove_staging(path: &Path) -> std::io::Result<()> {
-    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return Ok(()) };
-    let prefix = format!("{}#", name.to_string_lossy());
-    let mut entries = match tokio::fs::read_dir(dir).await {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    while let Some(entry) = entries.next_entry().await? {
-        let file = entry.file_name();
-        let staged = file.to_str().and_then(|f| f.strip_prefix(&prefix));
-        if staged.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
-            match tokio::fs::remove_file(entry.path()).await {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
+    for n in 1u32.. {
+        let mut staged = path.as_os_str().to_owned();
+        staged.push(format!("#{n}"));
+        match tokio::fs::remove_file(&staged).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(e),
         }
     }
     Ok(())

@@ -178,18 +178,25 @@ fn unknown_schemes_and_bucketless_urls_are_refused_by_name() {
 #[tokio::test]
 async fn deleting_a_local_object_removes_what_a_killed_writer_staged_beside_it() {
     let dir = tempfile::tempdir().unwrap();
-    let store = BlobStore::local(&dir.path().join("blobs"));
+    // A folder whose name object_store percent-encodes on disk: its files are found all the same.
+    let store = BlobStore::local(&dir.path().join("blobs ~é"));
     let object = key("tranches/t1/input.jsonl");
     store.put(&object, Bytes::from_static(b"{}\n")).await.unwrap();
-    let folder = dir.path().join("blobs/tranches/t1");
-    // What a writer SIGKILLed mid-object leaves: its staging file, which listings never show.
-    std::fs::write(folder.join("input.jsonl#3"), b"{").unwrap();
+    let streamed: Vec<Bytes> = store.stream(&object).await.unwrap().try_collect().await.unwrap();
+    assert_eq!(streamed.concat(), b"{}\n");
+    let folder = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
+    let folder = folder.join("tranches/t1");
+    // What writers SIGKILLed mid-object leave: staging files, which listings never show.
+    std::fs::write(folder.join("input.jsonl#1"), b"{").unwrap();
+    std::fs::write(folder.join("input.jsonl#2"), b"{").unwrap();
     std::fs::write(folder.join("input.jsonl.keep"), b"").unwrap();
     assert_eq!(store.list(&key("tranches/t1")).await.unwrap().len(), 2);
     store.delete(&object).await.unwrap();
     let mut left: Vec<_> =
         std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().file_name()).collect();
     left.sort();
-    assert_eq!(left, ["input.jsonl.keep"], "the staging file went with its object");
+    assert_eq!(left, ["input.jsonl.keep"], "the staging files went with their object");
     store.delete(&object).await.unwrap();
+    assert!(matches!(store.stream(&object).await, Err(BlobError::NotFound(_))));
+    assert!(matches!(store.stream(&key("tranches")).await, Err(BlobError::NotFound(_))));
 }

@@ -59,8 +59,19 @@ impl Shares {
         est_tokens: u64,
         caps: Caps,
     ) -> bool {
-        let files = caps.files.is_none_or(|max| self.tranches(tenant, account) < max);
-        files && crate::policy::admits(self.tokens(tenant, model), est_tokens, caps.tokens)
+        !self.files_full(tenant, account, caps.files)
+            && crate::policy::admits(self.tokens(tenant, model), est_tokens, caps.tokens)
+    }
+
+    /// Whether the tenant has its most unfinished tranches on `account` already (then its
+    /// waiting requests need not even be read this round).
+    pub(crate) fn files_full(
+        &self,
+        tenant: Option<&str>,
+        account: &AccountId,
+        max_files: Option<u64>,
+    ) -> bool {
+        max_files.is_some_and(|max| self.tranches(tenant, account) >= max)
     }
 
     /// Counts a tranche just claimed.

@@ -92,8 +92,8 @@ impl PgIngestWriter {
         }
         // The first line with a wire id is the one recorded (`DISTINCT ON` keeps it; a later
         // one, in another chunk, finds its request answered). Each request waiting in the
-        // tranche with that wire id (one at most: planning never puts two in one batch) is
-        // answered by it, looked up line by line in `requests_by_tranche` and then by id.
+        // tranche with that wire id (planning never puts two in one batch; should two be
+        // there, both are) is answered by it, looked up line by line in `requests_by_tranche` and then by id.
         // Written so that the lines drive the join whatever the statistics say: planned from
         // statistics older than the tranche (a few queued rows estimated), a join on the
         // tranche's rows compared every line with every request (5 million comparisons per
@@ -119,9 +119,9 @@ impl PgIngestWriter {
                        output_object = f.output_object, output_offset = f.output_offset,
                        output_length = f.output_length
                 FROM first AS f
-                WHERE r.id = (SELECT q.id FROM requests AS q
-                              WHERE q.tranche_id = $1 AND q.wire_id = f.wire_id
-                                AND q.state = 'queued')
+                WHERE r.id = ANY (ARRAY(SELECT q.id FROM requests AS q
+                                        WHERE q.tranche_id = $1 AND q.wire_id = f.wire_id
+                                          AND q.state = 'queued'))
                   AND (r.tranche_id, r.state) IS NOT DISTINCT FROM ($1, 'queued')
                 RETURNING r.id, r.attempts, r.job_id, f.status_code, f.output, f.model,
                           f.input_tokens, f.cached_input_tokens, f.cache_write_5m_tokens,

@@ -49,9 +49,10 @@ impl Engine {
         result
     }
 
-    /// Cuts every waiting request of one provider into tranches. Each group (endpoint +
-    /// model) is read in pages and each tranche is claimed as soon as it is full, so memory
-    /// holds one page and one tranche, however many requests wait.
+    /// Cuts every waiting request of one provider into tranches. Each group (endpoint, model,
+    /// check and tenant) is read in pages, its tenants taking turns a tranche each, so memory
+    /// holds, per tenant of a family, a page and the tranches it filled, however many
+    /// requests wait.
     async fn plan_pool(
         &self,
         kind: ProviderKind,
@@ -142,7 +143,16 @@ impl Engine {
             (pass.shares.tokens(c.tenant(), &c.key.model), c.tenant().map(str::to_owned))
         });
         let mut turns = VecDeque::from(turns);
+        let provider = self.provider(kind)?;
+        let (account, max_files) = (provider.account(), self.file_cap(provider.as_ref()));
         while let Some(mut cursor) = turns.pop_front() {
+            if pass.shares.files_full(cursor.tenant(), &account, max_files) {
+                debug!(
+                    tenant = cursor.tenant().unwrap_or("-"),
+                    "a tenant's batches wait for its files to free up"
+                );
+                continue;
+            }
             let Some(planned) = self.next_tranche(&mut cursor, now, &mut pass.budgets).await?
             else {
                 continue;
@@ -226,10 +236,7 @@ impl Engine {
         let tenant = group.tenant.as_deref();
         let caps = Caps {
             tokens: self.config.tenant_token_cap(&model),
-            files: self
-                .config
-                .tenant_max_files
-                .filter(|_| provider.transport() == InputTransport::UploadFile),
+            files: self.file_cap(provider.as_ref()),
         };
         if !pass.shares.admits(tenant, (&model, &account), est_tokens, caps) {
             return Ok(Some(Stop::TenantFull));
@@ -270,6 +277,14 @@ impl Engine {
                 Ok(None)
             }
         }
+    }
+}
+
+impl Engine {
+    /// The most unfinished tranches one tenant may have on an account of `provider`: the
+    /// configured cap, for a provider that takes input as uploaded files.
+    fn file_cap(&self, provider: &dyn tranche_providers::Provider) -> Option<u64> {
+        self.config.tenant_max_files.filter(|_| provider.transport() == InputTransport::UploadFile)
     }
 }
 
