@@ -30,7 +30,7 @@ struct Server {
 
 impl Server {
     fn start(env: &Env, sim_openai: &str, extra: &[&str]) -> Self {
-        let mut child = env
+        let child = env
             .tranche()
             .args(["serve", "--addr", "127.0.0.1:0", "--base-url", sim_openai])
             .args(["--poll-interval", "0.1"])
@@ -39,6 +39,11 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        Self::listening(child)
+    }
+
+    /// The server `child` runs, once it says where it listens (its first line of output).
+    fn listening(mut child: Child) -> Self {
         let mut first = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
         let url = first.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("{first}"));
@@ -542,7 +547,7 @@ async fn an_idempotency_key_gives_the_same_job_for_the_same_body_and_409_for_ano
 async fn an_api_only_node_needs_no_provider_credentials() {
     let env = Env::new();
     let acme = tenant(&env, "acme", &[]);
-    let mut child = env
+    let child = env
         .tranche()
         .env_remove("OPENAI_API_KEY")
         .env_remove("AZURE_OPENAI_API_KEY")
@@ -552,9 +557,7 @@ async fn an_api_only_node_needs_no_provider_credentials() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    let server = Server { url: first.trim().replace("listening on ", ""), child };
+    let server = Server::listening(child);
     let client = reqwest::Client::new();
     let job = json!({"settings": {"task": "greet"}, "requests": requests(3)});
     let response = client
