@@ -1,7 +1,5 @@
 //! Recording a tranche's results inside one transaction.
 
-use std::collections::HashMap;
-
 use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tranche_core::{TokenUsage, TrancheId, TrancheState};
@@ -39,7 +37,28 @@ impl IngestStore for SqliteStore {
         )
         .execute(&mut *tx)
         .await?;
+        // A chunk's result lines, as they came, until their requests are found.
+        sqlx::query(
+            "CREATE TEMP TABLE IF NOT EXISTS ingest_lines (
+                wire_id       TEXT PRIMARY KEY,
+                status_code   INTEGER NOT NULL,
+                model         TEXT,
+                input_tokens  INTEGER,
+                cached_input_tokens   INTEGER,
+                cache_write_5m_tokens INTEGER,
+                cache_write_1h_tokens INTEGER,
+                output_tokens INTEGER,
+                reasoning_tokens      INTEGER,
+                output_object TEXT,
+                output_offset INTEGER,
+                output_length INTEGER,
+                output_text   TEXT
+             )",
+        )
+        .execute(&mut *tx)
+        .await?;
         sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM temp.ingest_lines").execute(&mut *tx).await?;
         let provider: Option<String> =
             sqlx::query_scalar("SELECT provider FROM tranches WHERE id = ?")
                 .bind(tranche.to_string())
@@ -72,54 +91,29 @@ pub(crate) struct SqliteIngestWriter {
 
 impl SqliteIngestWriter {
     async fn stage_chunk(&mut self, chunk: Vec<Success>) -> StoreResult<u64> {
-        // An IN list is looked up entry by entry in `requests_by_tranche`; SQLite 3.51 plans an
-        // `UPDATE ... FROM (VALUES ...)` joined on the wire id as a scan of the tranche per line.
-        let mut select = QueryBuilder::<Sqlite>::new(
-            "SELECT id, attempts, wire_id FROM requests WHERE tranche_id = ",
-        );
-        select.push_bind(self.tranche.as_str()).push(" AND state = 'queued' AND wire_id IN (");
-        let mut ids = select.separated(", ");
-        for line in &chunk {
-            ids.push_bind(line.wire_id.as_str());
-        }
-        select.push(") ORDER BY id");
-        // Bulk statements differ in length, so none is kept prepared (each holds a large
-        // program, and a connection's statement cache would keep dozens).
-        let rows = select.build().persistent(false).fetch_all(&mut *self.tx).await?;
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        // The first line with a wire id is the one recorded (a later one, in this chunk or
-        // another, is ignored by the inserts below).
-        let mut by_wire_id: HashMap<&str, &Success> = HashMap::with_capacity(chunk.len());
-        for line in &chunk {
-            by_wire_id.entry(line.wire_id.as_str()).or_insert(line);
-        }
-        let mut found = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let wire_id: &str = row.try_get(2)?;
-            let line = by_wire_id.get(wire_id).ok_or_else(|| {
-                StoreError::Corrupt(format!("recorded a result for unknown wire id {wire_id}"))
-            })?;
-            found.push((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)? + 1, *line));
-        }
-        let mut stage = QueryBuilder::<Sqlite>::new(
-            "INSERT OR IGNORE INTO temp.ingest_staged
-                (request_id, attempt, status_code, model, input_tokens, cached_input_tokens,
+        // The chunk's lines go into `ingest_lines` as they are, the first line with a wire id
+        // kept (a later one is ignored); SQL then finds their requests. No request row comes
+        // back to this side.
+        let mut lines = QueryBuilder::<Sqlite>::new(
+            "INSERT OR IGNORE INTO temp.ingest_lines
+                (wire_id, status_code, model, input_tokens, cached_input_tokens,
                  cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens,
-                 output_object, output_offset, output_length) ",
+                 output_object, output_offset, output_length, output_text) ",
         );
-        stage.push_values(found.iter(), |mut row, (id, attempt, line)| {
-            let range = match &line.output {
+        let mut texts = false;
+        lines.push_values(chunk.iter(), |mut row, line| {
+            let (range, text) = match &line.output {
                 OutputRef::InObject { object, offset, len } => {
-                    Some((object.as_str(), to_i64(*offset), to_i64(*len)))
+                    (Some((object.as_str(), to_i64(*offset), to_i64(*len))), None)
                 }
-                OutputRef::Text(_) => None,
+                OutputRef::Text(text) => {
+                    texts = true;
+                    (None, Some(text.as_str()))
+                }
             };
             let billed = line.billed.as_ref();
             let tokens = |f: fn(&TokenUsage) -> u64| billed.map(|b| to_i64(f(&b.tokens)));
-            row.push_bind(*id)
-                .push_bind(*attempt)
+            row.push_bind(line.wire_id.as_str())
                 .push_bind(i64::from(line.status_code))
                 .push_bind(billed.map(|b| b.model.as_str()))
                 .push_bind(tokens(|t| t.input))
@@ -130,27 +124,46 @@ impl SqliteIngestWriter {
                 .push_bind(tokens(|t| t.reasoning))
                 .push_bind(range.map(|r| r.0))
                 .push_bind(range.map(|r| r.1))
-                .push_bind(range.map(|r| r.2));
+                .push_bind(range.map(|r| r.2))
+                .push_bind(text);
         });
-        let staged = stage.build().persistent(false).execute(&mut *self.tx).await?.rows_affected();
-        // Outputs given as text (not by reference) are kept in the database.
-        let texts: Vec<(i64, &str)> = found
-            .iter()
-            .filter_map(|(id, _, line)| match &line.output {
-                OutputRef::Text(text) => Some((*id, text.as_str())),
-                OutputRef::InObject { .. } => None,
-            })
-            .collect();
-        if !texts.is_empty() {
-            let mut outputs = QueryBuilder::<Sqlite>::new(
-                "INSERT OR IGNORE INTO request_outputs (request_id, output) ",
-            );
-            outputs.push_values(texts.iter(), |mut row, (id, text)| {
-                row.push_bind(*id).push_bind(*text);
-            });
-            outputs.build().persistent(false).execute(&mut *self.tx).await?;
+        // Bulk statements differ in length, so none is kept prepared (each holds a large
+        // program, and a connection's statement cache would keep dozens).
+        lines.build().persistent(false).execute(&mut *self.tx).await?;
+        // Each line's request, looked up in `requests_by_tranche` line by line (`CROSS JOIN`
+        // keeps the lines as the outer loop). A request staged by an earlier chunk stays as
+        // it was staged.
+        let staged = sqlx::query(
+            "INSERT OR IGNORE INTO temp.ingest_staged
+                (request_id, attempt, status_code, model, input_tokens, cached_input_tokens,
+                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens,
+                 output_object, output_offset, output_length)
+             SELECT r.id, r.attempts + 1, l.status_code, l.model, l.input_tokens,
+                    l.cached_input_tokens, l.cache_write_5m_tokens, l.cache_write_1h_tokens,
+                    l.output_tokens, l.reasoning_tokens, l.output_object, l.output_offset,
+                    l.output_length
+             FROM temp.ingest_lines AS l CROSS JOIN requests AS r
+             WHERE r.tranche_id = ? AND r.wire_id = l.wire_id AND r.state = 'queued'",
+        )
+        .bind(self.tranche.as_str())
+        .execute(&mut *self.tx)
+        .await?
+        .rows_affected();
+        if texts {
+            // Outputs given as text (not by reference) are kept in the database.
+            sqlx::query(
+                "INSERT OR IGNORE INTO request_outputs (request_id, output)
+                 SELECT r.id, l.output_text
+                 FROM temp.ingest_lines AS l CROSS JOIN requests AS r
+                 WHERE r.tranche_id = ? AND r.wire_id = l.wire_id AND r.state = 'queued'
+                   AND l.output_text IS NOT NULL",
+            )
+            .bind(self.tranche.as_str())
+            .execute(&mut *self.tx)
+            .await?;
         }
-        self.staged = true;
+        sqlx::query("DELETE FROM temp.ingest_lines").execute(&mut *self.tx).await?;
+        self.staged |= staged > 0;
         Ok(staged)
     }
 

@@ -105,6 +105,11 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0018_tranche_tenants.sql"),
         ),
         migration(19, "bulk counters", include_str!("../migrations/sqlite/0019_bulk_counters.sql")),
+        migration(
+            20,
+            "partial tranche index",
+            include_str!("../migrations/sqlite/0020_partial_tranche_index.sql"),
+        ),
     ])
 }
 
@@ -172,7 +177,11 @@ impl SqliteStore {
         .pragma("temp_store", "file")
         // After a checkpoint, a log larger than this is cut back, so that a big job's log does
         // not stay on disk (and make every later open read it) for the life of the database.
-        .pragma("journal_size_limit", "67108864");
+        .pragma("journal_size_limit", "67108864")
+        // Rows cross from SQLite's worker thread to the caller through a channel of this many;
+        // a deep one lets either side run on for a page of rows instead of waking the other
+        // for every few (sqlx's default is 50).
+        .row_buffer_size(512);
         let pool = SqlitePoolOptions::new()
             // An in-memory database lives in one connection.
             .max_connections(if in_memory { 1 } else { 4 })

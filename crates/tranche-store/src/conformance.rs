@@ -279,6 +279,8 @@ pub async fn successes_are_recorded_in_bulk_once_each(store: &dyn Store) {
         (0..1_100).map(|i| success(&format!("k{i}:t:v1"), &format!(r#"{{"n": {i}}}"#))).collect();
     lines.push(success("nope", "{}"));
     lines.push(success("k5:t:v1", r#"{"again":true}"#));
+    // Repeated within the statement that holds its first line, too.
+    lines.push(success("k1050:t:v1", r#"{"again":true}"#));
     assert_eq!(writer.record_successes(&mut lines, 9).await.unwrap(), 1_100);
     assert!(lines.is_empty());
     let mut again = vec![success("k7:t:v1", "{}")];
@@ -294,6 +296,7 @@ pub async fn successes_are_recorded_in_bulk_once_each(store: &dyn Store) {
     );
     let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
     assert_eq!(text(&rows[5]), Some(r#"{"n": 5}"#), "the first line for an id wins");
+    assert_eq!(text(&rows[1_050]), Some(r#"{"n": 1050}"#));
     assert_eq!(text(&rows[1_099]), Some(r#"{"n": 1099}"#));
     assert_eq!(rows[1_100].output, None);
 }
