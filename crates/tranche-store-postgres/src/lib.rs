@@ -80,11 +80,6 @@ fn migrator() -> Migrator {
             "tranche tenants",
             include_str!("../migrations/postgres/0005_tranche_tenants.sql"),
         ),
-        migration(
-            6,
-            "partial tranche index",
-            include_str!("../migrations/postgres/0006_partial_tranche_index.sql"),
-        ),
     ])
 }
 
