@@ -1,5 +1,6 @@
 //! The `tranche` binary: argument handling and printing around the library crates.
 
+mod arenas;
 mod args;
 mod commands;
 mod context;
@@ -15,6 +16,8 @@ use crate::args::{Cli, Command};
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
+    // Before anything else runs: this may start the process again.
+    arenas::cap();
     let cli = Cli::parse();
     context::init_tracing(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

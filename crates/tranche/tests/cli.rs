@@ -832,3 +832,43 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+/// The environment a `tranche sim` started with `tunables` (if any) runs with, once it serves.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn environment_of_a_started_sim(tunables: Option<&str>) -> Vec<String> {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new(support::BIN);
+    command.env("TMPDIR", tmp.path()).env_remove("MALLOC_ARENA_MAX");
+    match tunables {
+        Some(value) => command.env("GLIBC_TUNABLES", value),
+        None => command.env_remove("GLIBC_TUNABLES"),
+    };
+    let mut child = command
+        .args(["sim", "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // It prints where it listens only once it runs as it will.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!first.is_empty(), "the simulator printed nothing");
+    environ.split(|&b| b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect()
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn the_binary_runs_with_one_malloc_arena_unless_the_user_set_a_cap() {
+    let env = environment_of_a_started_sim(None);
+    assert!(
+        env.iter().any(|v| v == "GLIBC_TUNABLES=glibc.malloc.arena_max=1"),
+        "the process started again with the cap: {env:?}"
+    );
+    let env = environment_of_a_started_sim(Some("glibc.malloc.arena_max=3"));
+    let tunables: Vec<_> = env.iter().filter(|v| v.starts_with("GLIBC_TUNABLES=")).collect();
+    assert_eq!(tunables, ["GLIBC_TUNABLES=glibc.malloc.arena_max=3"], "the user's cap stands");
+}
