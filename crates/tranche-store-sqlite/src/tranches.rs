@@ -1,5 +1,6 @@
 //! Tranches: due ones, their input lines, and compare-and-set transitions.
 
+use futures::TryFutureExt;
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use sqlx::Row;
 use tranche_core::{LeaseToken, ProviderKind, TrancheId};
@@ -7,6 +8,9 @@ use tranche_store::rows::*;
 use tranche_store::*;
 
 use crate::SqliteStore;
+
+/// A tranche whose ids span less than this many times its size is read as one id range.
+const DENSE_SPAN: i64 = 4;
 
 #[async_trait::async_trait]
 impl TrancheStore for SqliteStore {
@@ -45,32 +49,60 @@ impl TrancheStore for SqliteStore {
     }
 
     fn tranche_input(&self, id: TrancheId) -> BoxStream<'_, StoreResult<InputLine>> {
-        // In request order: a job's bodies follow one another in its body object, so the
-        // engine reads them in few, long ranges.
-        sqlx::query(
-            "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset, r.body_length,
-                    r.job_id
-             FROM requests AS r
-             JOIN jobs AS j ON j.id = r.job_id
-             LEFT JOIN request_bodies AS b ON b.request_id = r.id
-             WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.id",
-        )
-        .bind(id.to_string())
-        .fetch(&self.pool)
-        .map_err(StoreError::from)
-        .and_then(|row| async move {
-            let endpoint: String = row.try_get(1)?;
-            let job: String = row.try_get(6)?;
-            let range = (row.try_get(4)?, row.try_get(5)?);
-            let body = input_body(row.try_get(2)?, row.try_get(3)?, range)
-                .ok_or_else(|| StoreError::Corrupt("a request has no body".to_owned()))?;
-            Ok(InputLine {
-                wire_id: row.try_get(0)?,
-                job_id: parse("job id", &job)?,
-                endpoint: parse("endpoint", &endpoint)?,
-                body,
-            })
-        })
+        let tranche = id.to_string();
+        async move {
+            // In request order: a job's bodies follow one another in its body object, so the
+            // engine reads them in few, long ranges. A tranche's ids mostly form one run (a
+            // claim takes pending requests in id order), read in rowid order with no sort;
+            // one spread thin (requests sent again, many groups interleaved) is found through
+            // `requests_by_tranche` and sorted.
+            let (first, last, count): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
+                "SELECT MIN(id), MAX(id), COUNT(*) FROM requests WHERE tranche_id = ?",
+            )
+            .bind(&tranche)
+            .fetch_one(&self.pool)
+            .await?;
+            let query = match (first, last) {
+                (Some(first), Some(last)) if last - first < DENSE_SPAN * count => sqlx::query(
+                    "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
+                            r.body_length, r.job_id
+                     FROM requests AS r
+                     JOIN jobs AS j ON j.id = r.job_id
+                     LEFT JOIN request_bodies AS b ON b.request_id = r.id
+                     WHERE r.id BETWEEN ? AND ? AND +r.tranche_id = ? AND r.state = 'queued'
+                     ORDER BY r.id",
+                )
+                .bind(first)
+                .bind(last),
+                _ => sqlx::query(
+                    "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
+                            r.body_length, r.job_id
+                     FROM requests AS r
+                     JOIN jobs AS j ON j.id = r.job_id
+                     LEFT JOIN request_bodies AS b ON b.request_id = r.id
+                     WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.id",
+                ),
+            };
+            Ok::<_, StoreError>(
+                query.bind(tranche).fetch(&self.pool).map_err(StoreError::from).and_then(
+                    |row| async move {
+                        let endpoint: String = row.try_get(1)?;
+                        let job: String = row.try_get(6)?;
+                        let range = (row.try_get(4)?, row.try_get(5)?);
+                        let body = input_body(row.try_get(2)?, row.try_get(3)?, range).ok_or_else(
+                            || StoreError::Corrupt("a request has no body".to_owned()),
+                        )?;
+                        Ok(InputLine {
+                            wire_id: row.try_get(0)?,
+                            job_id: parse("job id", &job)?,
+                            endpoint: parse("endpoint", &endpoint)?,
+                            body,
+                        })
+                    },
+                ),
+            )
+        }
+        .try_flatten_stream()
         .boxed()
     }
 

@@ -269,6 +269,28 @@ pub async fn many_requests_are_written_in_order_across_statements(store: &dyn St
     assert!(lines.iter().all(|l| l.body == body));
 }
 
+/// A tranche's input comes in request order and holds its own requests only, whether its ids
+/// form a run with others' between them or lie far apart (as requests sent again do).
+pub async fn a_tranches_input_is_its_requests_in_order_however_spread(store: &dyn Store) {
+    add_job(store, 40, "m").await;
+    let ids = pending_ids(store, "m").await;
+    let wire_ids =
+        |picked: &[usize]| -> Vec<String> { picked.iter().map(|i| format!("k{i}:t:v1")).collect() };
+    // A run with one request left out (it stays waiting), and four far apart.
+    let run: Vec<usize> = (1..=12).filter(|&i| i != 6).collect();
+    let spread = [0, 13, 26, 39];
+    for picked in [&run[..], &spread[..]] {
+        let tranche = new_tranche(ProviderKind::Openai, "m");
+        let chosen: Vec<i64> = picked.iter().map(|&i| ids[i]).collect();
+        assert_eq!(create_tranche(store, &tranche, &chosen).await, Some(picked.len() as u64));
+        let lines: Vec<InputLine> = store.tranche_input(tranche.id).try_collect().await.unwrap();
+        let got: Vec<String> = lines.into_iter().map(|l| l.wire_id).collect();
+        assert_eq!(got, wire_ids(picked));
+    }
+    let none: Vec<InputLine> = store.tranche_input(TrancheId::new()).try_collect().await.unwrap();
+    assert!(none.is_empty(), "a tranche with no requests has no input");
+}
+
 pub async fn successes_are_recorded_in_bulk_once_each(store: &dyn Store) {
     let job = add_job(store, 1_200, "m").await;
     let (tranche, _) = claim_all(store, "m").await;
@@ -1560,6 +1582,7 @@ macro_rules! store_conformance {
             metrics_are_aggregates_of_jobs_tranches_and_the_ledger,
             many_requests_are_written_in_order_across_statements,
             successes_are_recorded_in_bulk_once_each,
+            a_tranches_input_is_its_requests_in_order_however_spread,
             a_dropped_job_writer_stores_nothing,
             a_committed_job_is_pending_with_its_counts,
             requests_are_claimed_into_one_tranche_only,
