@@ -58,19 +58,7 @@ impl TrancheStore for PgStore {
         .bind(id.to_string())
         .fetch(&self.pool)
         .map_err(StoreError::from)
-        .and_then(|row| async move {
-            let endpoint: String = row.try_get(1)?;
-            let job: String = row.try_get(6)?;
-            let range = (row.try_get(4)?, row.try_get(5)?);
-            let body = input_body(row.try_get(2)?, row.try_get(3)?, range)
-                .ok_or_else(|| StoreError::Corrupt("a request has no body".to_owned()))?;
-            Ok(InputLine {
-                wire_id: row.try_get(0)?,
-                job_id: parse("job id", &job)?,
-                endpoint: parse("endpoint", &endpoint)?,
-                body,
-            })
-        })
+        .and_then(|row| async move { input_line_from_row(&row) })
         .boxed()
     }
 

@@ -9,8 +9,8 @@ use tranche_core::{AccountId, Endpoint, EngineId, TokenUsage};
 
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
-    AttemptInfo, InputBody, JobRecord, OutputRef, PendingGroup, ResultRow, Review, ReviewVerdict,
-    TenantLoad, TenantRecord, TrancheRecord, UsageRow,
+    AttemptInfo, InputBody, InputLine, JobRecord, OutputRef, PendingGroup, ResultRow, Review,
+    ReviewVerdict, TenantLoad, TenantRecord, TrancheRecord, UsageRow,
 };
 
 /// A value a row of database `DB` can be read as.
@@ -262,6 +262,20 @@ pub fn input_body(
         }
         _ => None,
     }
+}
+
+/// One line of a tranche's input, from a row of `wire_id, endpoint, body, body_object,
+/// body_offset, body_length, job_id` (`TrancheStore::tranche_input`).
+pub fn input_line_from_row(row: &impl StoredRow) -> StoreResult<InputLine> {
+    let range = (row.opt_int_at(4)?, row.opt_int_at(5)?);
+    let body = input_body(row.opt_text_at(2)?, row.opt_text_at(3)?, range)
+        .ok_or_else(|| StoreError::Corrupt("a request has no body".to_owned()))?;
+    Ok(InputLine {
+        wire_id: row.text_at(0)?,
+        job_id: parse("job id", &row.text_at(6)?)?,
+        endpoint: parse("endpoint", &row.text_at(1)?)?,
+        body,
+    })
 }
 
 /// One row of a usage query: kind, provider, model, then the sums of `requests` and of each
