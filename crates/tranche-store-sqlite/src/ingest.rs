@@ -8,6 +8,25 @@ use tranche_store::*;
 
 use crate::{INGEST_ROWS, SqliteStore};
 
+/// The columns a successful result line is staged with, in both temporary tables: its status,
+/// what it was billed, and where its output rests. A macro so that the statements stay string
+/// literals (`concat!`).
+macro_rules! result_columns {
+    () => {
+        "status_code   INTEGER NOT NULL,
+         model         TEXT,
+         input_tokens  INTEGER,
+         cached_input_tokens   INTEGER,
+         cache_write_5m_tokens INTEGER,
+         cache_write_1h_tokens INTEGER,
+         output_tokens INTEGER,
+         reasoning_tokens      INTEGER,
+         output_object TEXT,
+         output_offset INTEGER,
+         output_length INTEGER"
+    };
+}
+
 #[async_trait::async_trait]
 impl IngestStore for SqliteStore {
     async fn begin_ingest(
@@ -18,43 +37,22 @@ impl IngestStore for SqliteStore {
         let mut tx = self.begin_write().await?;
         // Successes wait here, keyed (and so sorted) by request id, until they are applied to
         // `requests` in one pass in id order. Temporary: private to this connection.
-        sqlx::query(
+        sqlx::query(concat!(
             "CREATE TEMP TABLE IF NOT EXISTS ingest_staged (
                 request_id    INTEGER PRIMARY KEY,
-                attempt       INTEGER NOT NULL,
-                status_code   INTEGER NOT NULL,
-                model         TEXT,
-                input_tokens  INTEGER,
-                cached_input_tokens   INTEGER,
-                cache_write_5m_tokens INTEGER,
-                cache_write_1h_tokens INTEGER,
-                output_tokens INTEGER,
-                reasoning_tokens      INTEGER,
-                output_object TEXT,
-                output_offset INTEGER,
-                output_length INTEGER
-             )",
-        )
+                attempt       INTEGER NOT NULL,",
+            result_columns!(),
+            ")"
+        ))
         .execute(&mut *tx)
         .await?;
         // A chunk's result lines, as they came, until their requests are found.
-        sqlx::query(
+        sqlx::query(concat!(
             "CREATE TEMP TABLE IF NOT EXISTS ingest_lines (
-                wire_id       TEXT PRIMARY KEY,
-                status_code   INTEGER NOT NULL,
-                model         TEXT,
-                input_tokens  INTEGER,
-                cached_input_tokens   INTEGER,
-                cache_write_5m_tokens INTEGER,
-                cache_write_1h_tokens INTEGER,
-                output_tokens INTEGER,
-                reasoning_tokens      INTEGER,
-                output_object TEXT,
-                output_offset INTEGER,
-                output_length INTEGER,
-                output_text   TEXT
-             )",
-        )
+                wire_id       TEXT PRIMARY KEY,",
+            result_columns!(),
+            ", output_text TEXT)"
+        ))
         .execute(&mut *tx)
         .await?;
         sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *tx).await?;
