@@ -28,6 +28,11 @@ pub enum BlobError {
         #[source]
         source: std::io::Error,
     },
+    /// A range read came back shorter than asked: the object ends before it.
+    #[error(
+        "blob store: `{key}` holds {got} bytes of {start}..{end}; it ends before that range does"
+    )]
+    ShortRange { key: String, start: u64, end: u64, got: usize },
     #[error("reading `{path}` into the blob store: {source}")]
     Read {
         path: std::path::PathBuf,

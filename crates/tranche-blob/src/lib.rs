@@ -6,6 +6,7 @@
 
 mod error;
 mod key;
+mod ranges;
 mod store;
 mod writer;
 

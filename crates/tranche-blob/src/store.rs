@@ -18,8 +18,9 @@ use tokio::io::AsyncReadExt;
 
 use crate::{BlobError, BlobKey, BlobWriter};
 
-/// How much of a local object one read takes.
-const LOCAL_READ_BYTES: usize = 1 << 20;
+/// How much of a local object one read takes: a few steps of an engine each stream an object
+/// at once, so each holds little; 256 KiB is still one system call per 250 or so lines.
+const LOCAL_READ_BYTES: usize = 256 << 10;
 
 /// An object as written: its key, size and SHA-256. Known only once the object is whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +34,7 @@ pub struct BlobRef {
 /// A blob store. Cheap to clone.
 #[derive(Clone)]
 pub struct BlobStore {
-    inner: Arc<dyn ObjectStore>,
+    pub(crate) inner: Arc<dyn ObjectStore>,
     url: String,
     /// A local store's file system and the prefix of its objects, to find an object's file
     /// (read from one open file; staging files a killed writer left beside it).
@@ -162,7 +163,7 @@ impl BlobStore {
         let read_error = |source| BlobError::Read { path: path.to_owned(), source };
         let mut file = tokio::fs::File::open(path).await.map_err(read_error)?;
         let mut writer = self.writer(key);
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = vec![0u8; LOCAL_READ_BYTES];
         loop {
             let n = file.read(&mut buf).await.map_err(read_error)?;
             if n == 0 {
@@ -180,6 +181,11 @@ impl BlobStore {
         found.bytes().await.map_err(BlobError::backend("reading", key.as_str()))
     }
 
+    /// Whether the store is a local folder.
+    pub(crate) fn is_local(&self) -> bool {
+        self.local.is_some()
+    }
+
     /// Bytes `range` of the object (a request body or a result line by reference).
     pub async fn get_range(&self, key: &BlobKey, range: Range<u64>) -> Result<Bytes, BlobError> {
         self.inner
@@ -189,7 +195,7 @@ impl BlobStore {
     }
 
     /// The object as a stream of chunks, never whole in memory. A local object is read from
-    /// one open file in chunks of 1 MiB (the backend's own stream reads 8 KiB per hop to a
+    /// one open file in chunks of 256 KiB (the backend's own stream reads 8 KiB per hop to a
     /// blocking thread); the file stays the version opened even if the object is replaced.
     pub async fn stream(
         &self,

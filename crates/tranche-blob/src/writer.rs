@@ -12,14 +12,14 @@ use tokio::io::AsyncWriteExt;
 use crate::{BlobError, BlobKey, BlobRef};
 
 /// Bytes buffered before an object goes out in parts, and the size of each part: S3's
-/// smallest part is 5 MiB; a local folder takes parts of any size, so it gets 1 MiB and
-/// memory stays at a few MiB per writer whatever the object's size.
+/// smallest part is 5 MiB; a local folder takes parts of any size, so it gets 256 KiB and
+/// memory stays under a MiB per writer whatever the object's size (an engine runs several).
 pub(crate) const S3_PART_BYTES: usize = 5 << 20;
-pub(crate) const LOCAL_PART_BYTES: usize = 1 << 20;
+pub(crate) const LOCAL_PART_BYTES: usize = 256 << 10;
 
 /// Small writes are gathered up to this many bytes before they go to the backend, which
 /// writes each handed chunk separately (a local folder: one write(2) per chunk).
-const GATHER_BYTES: usize = 1 << 20;
+const GATHER_BYTES: usize = 256 << 10;
 
 /// Streams one object. Dropped or aborted before [`BlobWriter::finish`], it leaves no object
 /// under its key (a multipart upload is never completed; a local staging file is not the

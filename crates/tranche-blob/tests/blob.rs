@@ -54,6 +54,29 @@ async fn put_then_read_back_whole_and_by_range(store: BlobStore) {
     assert_eq!(streamed.concat(), body.to_vec());
 }
 
+/// Many ranges of one object come back exact and in the order asked, however they lie: side
+/// by side, overlapping, far apart (past a request's longest span), unsorted; one past the
+/// end is refused.
+async fn many_ranges_come_back_exact_in_the_order_asked(store: BlobStore) {
+    let body = Bytes::from(pattern(5 << 20));
+    store.put(&key("raw/tr_2/output.jsonl"), body.clone()).await.unwrap();
+    let mut ranges = vec![4_000_000..4_000_700, 10..20, 20..35, 30..90, 0..1, 5_242_000..5_242_880];
+    ranges.extend((0..2_000u64).map(|i| (i * 2_111 + 700_000)..(i * 2_111 + 700_600)));
+    ranges.push(100_000..100_000);
+    let read = store.get_ranges(&key("raw/tr_2/output.jsonl"), &ranges).await.unwrap();
+    assert_eq!(read.len(), ranges.len());
+    for (range, bytes) in ranges.iter().zip(&read) {
+        let (start, end) =
+            (usize::try_from(range.start).unwrap(), usize::try_from(range.end).unwrap());
+        assert_eq!(bytes, &body.slice(start..end), "range {range:?}");
+    }
+    let past =
+        store.get_ranges(&key("raw/tr_2/output.jsonl"), &[10..20, 5_242_000..5_243_000]).await;
+    assert!(past.is_err(), "a range past the end came back: {past:?}");
+    let absent = store.get_ranges(&key("raw/none"), &[0..1, 2..3]).await;
+    assert!(absent.is_err());
+}
+
 /// Large enough that S3 takes it in parts (object_store buffers 10 MiB before going multipart).
 async fn a_streamed_object_appears_whole_only_when_finished(store: BlobStore) {
     let chunk = pattern(1 << 20);
@@ -125,6 +148,12 @@ macro_rules! blob_suite {
             async fn put_then_read_back_whole_and_by_range() {
                 let target = tokio::task::spawn_blocking(|| $target).await.unwrap();
                 super::put_then_read_back_whole_and_by_range(target.store.clone()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn many_ranges_come_back_exact_in_the_order_asked() {
+                let target = tokio::task::spawn_blocking(|| $target).await.unwrap();
+                super::many_ranges_come_back_exact_in_the_order_asked(target.store.clone()).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

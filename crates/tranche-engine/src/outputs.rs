@@ -1,6 +1,6 @@
 //! Reading answers back: a job's answers lie scattered through its batches' raw files (results
-//! come back shuffled); read one by one they cost a request each (on S3 a round trip, locally a
-//! file opened), read many at a time they become a few long ranges, each read once.
+//! come back shuffled); read one by one they would cost a request each (on S3 a round trip,
+//! locally a file opened), so all of one object's are asked for in one call.
 
 use std::collections::BTreeMap;
 
@@ -10,83 +10,50 @@ use tranche_store::OutputRef;
 
 use crate::error::EngineError;
 
-/// Two answers of one object closer than this are read in one range: reading the gap costs
-/// less than another request.
-const MAX_GAP: u64 = 64 << 10;
+/// Objects read at once.
+const OBJECTS_IN_FLIGHT: usize = 4;
 
-/// The longest range read at once.
-const MAX_SPAN: u64 = 2 << 20;
-
-/// Ranges read at once.
-const READS_IN_FLIGHT: usize = 4;
-
-/// Answers of one object read in one range: where each lies, and for which row.
-struct Span {
-    object: String,
-    start: u64,
-    end: u64,
-    parts: Vec<(u64, u64, usize)>,
-}
-
-/// The answers `refs` point at (by position; `None` where there is none): kept in the database, or
-/// read from the blob store in ranges that each cover the answers lying close together.
+/// The answers `refs` point at (by position; `None` where there is none): kept in the database,
+/// or read from the blob store, all of one object's in one call (the blob store reads them as
+/// its backend reads ranges best).
 pub async fn read_outputs<'a>(
     blobs: &BlobStore,
     refs: impl Iterator<Item = Option<&'a OutputRef>>,
 ) -> Result<Vec<Option<String>>, EngineError> {
     let mut outputs = Vec::new();
-    let mut wanted: BTreeMap<&str, Vec<(u64, u64, usize)>> = BTreeMap::new();
+    let mut wanted: BTreeMap<&str, (Vec<std::ops::Range<u64>>, Vec<usize>)> = BTreeMap::new();
     for (i, output) in refs.enumerate() {
         outputs.push(None);
         match output {
             Some(OutputRef::Text(text)) => outputs[i] = Some(text.clone()),
             Some(OutputRef::InObject { object, offset, len }) => {
-                wanted.entry(object).or_default().push((*offset, *len, i));
+                let (ranges, rows) = wanted.entry(object).or_default();
+                ranges.push(*offset..offset + len);
+                rows.push(i);
             }
             None => {}
         }
     }
-    let mut spans = Vec::new();
-    for (object, mut parts) in wanted {
-        parts.sort_unstable();
-        let mut span: Option<Span> = None;
-        for (offset, len, i) in parts {
-            let end = offset + len;
-            match span.as_mut() {
-                Some(s) if offset <= s.end + MAX_GAP && end - s.start <= MAX_SPAN => {
-                    s.end = s.end.max(end);
-                    s.parts.push((offset, len, i));
-                }
-                _ => {
-                    spans.extend(span.take());
-                    let object = object.to_owned();
-                    span = Some(Span { object, start: offset, end, parts: vec![(offset, len, i)] });
-                }
-            }
-        }
-        spans.extend(span);
-    }
-    let mut read = futures::stream::iter(spans)
-        .map(|span| async move {
-            let key = BlobKey::new(span.object.as_str())?;
-            let bytes = blobs.get_range(&key, span.start..span.end).await?;
-            let mut answers = Vec::with_capacity(span.parts.len());
-            for (offset, len, i) in span.parts {
-                let at = usize::try_from(offset - span.start).unwrap_or(usize::MAX);
-                let text = bytes
-                    .get(at..at.saturating_add(usize::try_from(len).unwrap_or(usize::MAX)))
-                    .and_then(|b| std::str::from_utf8(b).ok())
-                    .ok_or_else(|| {
-                        EngineError::Corrupt(format!(
-                            "no answer at {offset}+{len} of `{}`",
-                            span.object
-                        ))
-                    })?;
-                answers.push((i, text.to_owned()));
+    let reads = wanted
+        .into_iter()
+        .map(|(object, wanted)| Ok((BlobKey::new(object)?, wanted)))
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    let mut read = futures::stream::iter(reads)
+        .map(|(key, (ranges, rows))| async move {
+            let bytes = blobs.get_ranges(&key, &ranges).await?;
+            let mut answers = Vec::with_capacity(rows.len());
+            for ((row, range), bytes) in rows.into_iter().zip(ranges).zip(bytes) {
+                let text = String::from_utf8(bytes.into()).map_err(|_| {
+                    EngineError::Corrupt(format!(
+                        "the answer at {}..{} of `{key}` is not UTF-8",
+                        range.start, range.end
+                    ))
+                })?;
+                answers.push((row, text));
             }
             Ok::<_, EngineError>(answers)
         })
-        .buffer_unordered(READS_IN_FLIGHT);
+        .buffer_unordered(OBJECTS_IN_FLIGHT);
     while let Some(answers) = read.try_next().await? {
         for (i, text) in answers {
             outputs[i] = Some(text);
@@ -100,14 +67,13 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn answers_are_read_in_ranges_and_come_back_in_row_order() {
+    async fn answers_come_back_in_row_order_from_every_object() {
         let dir = tempfile::tempdir().unwrap();
         let blobs = BlobStore::local(dir.path());
-        // Two objects; in the first, answers close together and one past the gap and one past
-        // the longest span.
-        let mut first = vec![b' '; (MAX_SPAN + MAX_GAP * 4) as usize];
-        let far = MAX_GAP * 3;
-        let farthest = MAX_SPAN + MAX_GAP * 3;
+        // Two objects; in the first, answers close together, one far off and one farther.
+        let mut first = vec![b' '; 3 << 20];
+        let far = 200_000;
+        let farthest = (2 << 20) + 200_000;
         for (at, text) in [(10u64, "{\"a\":1}"), (40, "{\"b\":2}"), (far, "[3]"), (farthest, "4")] {
             first[at as usize..at as usize + text.len()].copy_from_slice(text.as_bytes());
         }
