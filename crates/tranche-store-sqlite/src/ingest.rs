@@ -191,14 +191,14 @@ impl SqliteIngestWriter {
         .await?;
         // `id IN (SELECT ...)` walks the staged ids in order and seeks each row; an
         // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
+        // The staged values come in one row value: one lookup of the staged row, not one per
+        // column.
         sqlx::query(
             "UPDATE requests SET state = 'succeeded', error = NULL, not_before = 0, finished_at = ?,
-                attempts = (SELECT attempt FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
-                input_tokens = (SELECT input_tokens FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
-                output_tokens = (SELECT output_tokens FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
-                output_object = (SELECT output_object FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
-                output_offset = (SELECT output_offset FROM temp.ingest_staged AS s WHERE s.request_id = requests.id),
-                output_length = (SELECT output_length FROM temp.ingest_staged AS s WHERE s.request_id = requests.id)
+                (attempts, input_tokens, output_tokens, output_object, output_offset, output_length) =
+                    (SELECT attempt, input_tokens, output_tokens, output_object, output_offset,
+                            output_length
+                     FROM temp.ingest_staged AS s WHERE s.request_id = requests.id)
              WHERE id IN (SELECT request_id FROM temp.ingest_staged) AND state = 'queued'",
         )
         .bind(at)
