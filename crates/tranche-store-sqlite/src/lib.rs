@@ -44,6 +44,7 @@ mod ingest;
 mod jobs;
 mod leases;
 mod metrics;
+mod pages;
 mod plan;
 mod prune;
 mod queries;

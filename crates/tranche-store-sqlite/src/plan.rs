@@ -3,11 +3,12 @@
 use sqlx::Row;
 use tranche_core::{JobId, LeaseToken, ProviderKind, Usd};
 use tranche_store::rows::{
-    day_of, parse, pending_group_from_row, tenant_load_from_row, to_i64, to_u64,
+    StoredRow, day_of, parse, pending_group_from_row, tenant_load_from_row, to_i64, to_u64,
 };
 use tranche_store::*;
 
 use crate::SqliteStore;
+use crate::pages::Page;
 
 #[async_trait::async_trait]
 impl PlanStore for SqliteStore {
@@ -43,17 +44,23 @@ impl PlanStore for SqliteStore {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<PendingItem>> {
-        let rows = sqlx::query(
-            "SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
-             WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ? AND id > ?
-               AND not_before <= ? AND answer_check IS ?
-               AND job_id IN (SELECT id FROM jobs WHERE tenant IS ?)
-               AND NOT EXISTS (
-                   SELECT 1 FROM requests AS t
-                   WHERE t.custom_id = requests.custom_id AND t.input_hash = requests.input_hash
-                     AND t.answer_check IS requests.answer_check AND t.job_id != requests.job_id
-                     AND (t.state = 'queued' OR (t.state = 'pending' AND t.id < requests.id)))
-             ORDER BY id LIMIT ?",
+        // The page comes back as one JSON value (`pages`), not row by row.
+        let row = sqlx::query(
+            "SELECT json_group_array(json_array(id, wire_bytes, wire_id, est_tokens, job_id,
+                                                max_cost) ORDER BY id),
+                    MAX(id), COUNT(*)
+             FROM (SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
+                   WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ?
+                     AND id > ? AND not_before <= ? AND answer_check IS ?
+                     AND job_id IN (SELECT id FROM jobs WHERE tenant IS ?)
+                     AND NOT EXISTS (
+                         SELECT 1 FROM requests AS t
+                         WHERE t.custom_id = requests.custom_id
+                           AND t.input_hash = requests.input_hash
+                           AND t.answer_check IS requests.answer_check
+                           AND t.job_id != requests.job_id
+                           AND (t.state = 'queued' OR (t.state = 'pending' AND t.id < requests.id)))
+                   ORDER BY id LIMIT ?)",
         )
         .bind(provider.as_str())
         .bind(group.endpoint.as_str())
@@ -63,17 +70,19 @@ impl PlanStore for SqliteStore {
         .bind(group.answer_check)
         .bind(group.tenant)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_one(&self.pool)
         .await?;
-        rows.iter()
+        Page::from_row(&row)?
+            .rows
+            .iter()
             .map(|row| {
                 Ok(PendingItem {
-                    request_id: row.try_get(0)?,
-                    wire_bytes: to_u64(row.try_get(1)?),
-                    wire_id: row.try_get(2)?,
-                    est_tokens: to_u64(row.try_get(3)?),
-                    job_id: parse("job id", row.try_get(4)?)?,
-                    max_cost: row.try_get::<Option<i64>, _>(5)?.map(|c| Usd::from_nanos(to_u64(c))),
+                    request_id: row.int_at(0)?,
+                    wire_bytes: to_u64(row.int_at(1)?),
+                    wire_id: row.text_at(2)?,
+                    est_tokens: to_u64(row.int_at(3)?),
+                    job_id: parse("job id", &row.text_at(4)?)?,
+                    max_cost: row.opt_int_at(5)?.map(|c| Usd::from_nanos(to_u64(c))),
                 })
             })
             .collect()

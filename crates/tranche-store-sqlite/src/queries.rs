@@ -1,12 +1,14 @@
 //! The views `status` and `results` show.
 
-use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use futures::TryFutureExt;
+use futures::stream::{BoxStream, StreamExt};
 use sqlx::Row;
 use tranche_core::{JobId, TrancheState};
 use tranche_store::rows::{parse, result_from_row, to_u64, tranche_from_row};
 use tranche_store::*;
 
 use crate::SqliteStore;
+use crate::pages::{PAGE_ROWS, Page, read_pages};
 
 #[async_trait::async_trait]
 impl QueryStore for SqliteStore {
@@ -103,24 +105,59 @@ impl QueryStore for SqliteStore {
     }
 
     fn job_results(&self, id: JobId) -> BoxStream<'_, StoreResult<ResultRow>> {
-        // A job's requests take increasing ids in input order (its writer numbers them), so
-        // the job's id range, read in rowid order, is its input order: no sort of the whole
-        // job, which at a million requests is a temporary B-tree of all its rows. The `+`
-        // keeps the job filter from choosing an index over the range.
-        sqlx::query(
-            "SELECT r.id, r.custom_id, r.wire_id, r.tranche_id, r.state, o.output, r.error,
-                    r.output_object, r.output_offset, r.output_length, r.cached, r.attempts,
-                    r.max_attempts, r.input_tokens, r.output_tokens, r.endpoint
-             FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
-             WHERE r.id BETWEEN (SELECT MIN(id) FROM requests WHERE job_id = ?1)
-                            AND (SELECT MAX(id) FROM requests WHERE job_id = ?1)
-               AND +r.job_id = ?1
-             ORDER BY r.id",
-        )
-        .bind(id.to_string())
-        .fetch(&self.pool)
-        .map_err(StoreError::from)
-        .and_then(|row| async move { result_from_row(&row) })
+        let job = id.to_string();
+        async move {
+            // One read transaction: every page is read from the same snapshot, as one
+            // statement would be.
+            let mut tx = self.pool.begin().await?;
+            // A job's requests take increasing ids in input order (its writer numbers them),
+            // so the job's id range, read in rowid order, is its input order: no sort of the
+            // whole job, which at a million requests is a temporary B-tree of all its rows.
+            let (first, last): (Option<i64>, Option<i64>) =
+                sqlx::query_as("SELECT MIN(id), MAX(id) FROM requests WHERE job_id = ?")
+                    .bind(&job)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            let last = last.unwrap_or(0);
+            let read = move |mut tx, after| {
+                let job = job.clone();
+                async move {
+                    let page = results_page(&mut tx, &job, after, last).await?;
+                    Ok((tx, page))
+                }
+            };
+            Ok::<_, StoreError>(read_pages(tx, first.map_or(0, |f| f - 1), read, result_from_row))
+        }
+        .try_flatten_stream()
         .boxed()
     }
+}
+
+/// The next page of a job's results: its requests after id `after`, up to `last`, in id order.
+async fn results_page(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    job: &str,
+    after: i64,
+    last: i64,
+) -> StoreResult<Page> {
+    // The `+` keeps the job filter from choosing an index over the id range.
+    let row = sqlx::query(
+        "SELECT json_group_array(json_array(id, custom_id, wire_id, tranche_id, state, output,
+                    error, output_object, output_offset, output_length, cached, attempts,
+                    max_attempts, input_tokens, output_tokens, endpoint) ORDER BY id),
+                MAX(id), COUNT(*)
+         FROM (SELECT r.id, r.custom_id, r.wire_id, r.tranche_id, r.state, o.output, r.error,
+                      r.output_object, r.output_offset, r.output_length, r.cached, r.attempts,
+                      r.max_attempts, r.input_tokens, r.output_tokens, r.endpoint
+               FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
+               WHERE r.id > ?2 AND r.id <= ?3 AND +r.job_id = ?1
+               ORDER BY r.id LIMIT ?4)",
+    )
+    .bind(job)
+    .bind(after)
+    .bind(last)
+    .bind(PAGE_ROWS)
+    .fetch_one(&mut **tx)
+    .await?;
+    Page::from_row(&row)
 }

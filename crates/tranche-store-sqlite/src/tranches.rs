@@ -2,12 +2,13 @@
 
 use futures::TryFutureExt;
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
-use sqlx::Row;
+use sqlx::{Row, Sqlite, Transaction};
 use tranche_core::{LeaseToken, ProviderKind, TrancheId};
 use tranche_store::rows::*;
 use tranche_store::*;
 
 use crate::SqliteStore;
+use crate::pages::{PAGE_ROWS, Page, read_pages};
 
 /// A tranche whose ids span less than this many times its size is read as one id range.
 const DENSE_SPAN: i64 = 4;
@@ -53,43 +54,38 @@ impl TrancheStore for SqliteStore {
         async move {
             // In request order: a job's bodies follow one another in its body object, so the
             // engine reads them in few, long ranges. A tranche's ids mostly form one run (a
-            // claim takes pending requests in id order), read in rowid order with no sort;
-            // one spread thin (requests sent again, many groups interleaved) is found through
-            // `requests_by_tranche` and sorted.
+            // claim takes pending requests in id order), read in rowid order with no sort, a
+            // page at a time; one spread thin (requests sent again, many groups interleaved)
+            // is found through `requests_by_tranche` and sorted, row by row.
+            let mut tx = self.pool.begin().await?;
             let (first, last, count): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
                 "SELECT MIN(id), MAX(id), COUNT(*) FROM requests WHERE tranche_id = ?",
             )
             .bind(&tranche)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await?;
-            let query = match (first, last) {
-                (Some(first), Some(last)) if last - first < DENSE_SPAN * count => sqlx::query(
-                    "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
-                            r.body_length, r.job_id
-                     FROM requests AS r
-                     JOIN jobs AS j ON j.id = r.job_id
-                     LEFT JOIN request_bodies AS b ON b.request_id = r.id
-                     WHERE r.id BETWEEN ? AND ? AND +r.tranche_id = ? AND r.state = 'queued'
-                     ORDER BY r.id",
-                )
-                .bind(first)
-                .bind(last),
-                _ => sqlx::query(
-                    "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
-                            r.body_length, r.job_id
-                     FROM requests AS r
-                     JOIN jobs AS j ON j.id = r.job_id
-                     LEFT JOIN request_bodies AS b ON b.request_id = r.id
-                     WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.id",
-                ),
-            };
-            Ok::<_, StoreError>(
-                query
+            let lines = match (first, last) {
+                (Some(first), Some(last)) if last - first < DENSE_SPAN * count => {
+                    dense_input(tx, tranche, first - 1, last)
+                }
+                _ => {
+                    tx.commit().await?;
+                    sqlx::query(
+                        "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
+                                r.body_length, r.job_id
+                         FROM requests AS r
+                         JOIN jobs AS j ON j.id = r.job_id
+                         LEFT JOIN request_bodies AS b ON b.request_id = r.id
+                         WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.id",
+                    )
                     .bind(tranche)
                     .fetch(&self.pool)
                     .map_err(StoreError::from)
-                    .and_then(|row| async move { input_line_from_row(&row) }),
-            )
+                    .and_then(|row| async move { input_line_from_row(&row) })
+                    .boxed()
+                }
+            };
+            Ok::<_, StoreError>(lines)
         }
         .try_flatten_stream()
         .boxed()
@@ -194,4 +190,39 @@ impl TrancheStore for SqliteStore {
         })
         .transpose()
     }
+}
+
+/// The input lines of a tranche whose ids form one run, from `after` (exclusive) to `last`, a
+/// page at a time, every page read from the snapshot of `tx`.
+fn dense_input(
+    tx: Transaction<'static, Sqlite>,
+    tranche: String,
+    after: i64,
+    last: i64,
+) -> BoxStream<'static, StoreResult<InputLine>> {
+    let read = move |mut tx: Transaction<'static, Sqlite>, after| {
+        let tranche = tranche.clone();
+        async move {
+            let row = sqlx::query(
+                "SELECT json_group_array(json_array(wire_id, endpoint, body, body_object,
+                            body_offset, body_length, job_id) ORDER BY id),
+                        MAX(id), COUNT(*)
+                 FROM (SELECT r.id, r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
+                              r.body_length, r.job_id
+                       FROM requests AS r
+                       JOIN jobs AS j ON j.id = r.job_id
+                       LEFT JOIN request_bodies AS b ON b.request_id = r.id
+                       WHERE r.id > ? AND r.id <= ? AND +r.tranche_id = ? AND r.state = 'queued'
+                       ORDER BY r.id LIMIT ?)",
+            )
+            .bind(after)
+            .bind(last)
+            .bind(&tranche)
+            .bind(PAGE_ROWS)
+            .fetch_one(&mut *tx)
+            .await?;
+            Ok((tx, Page::from_row(&row)?))
+        }
+    };
+    read_pages(tx, after, read, input_line_from_row)
 }

@@ -291,6 +291,44 @@ pub async fn a_tranches_input_is_its_requests_in_order_however_spread(store: &dy
     assert!(none.is_empty(), "a tranche with no requests has no input");
 }
 
+/// A tranche's input and a job's results larger than a backend reads at once (SQLite reads
+/// them in pages of 1,024 rows) come back whole and in order, at a page's boundary and past it.
+pub async fn inputs_and_results_larger_than_a_page_come_back_whole_in_order(store: &dyn Store) {
+    // Other bodies (input hashes) in each job, so that no request waits for another's answer.
+    for (n, model, hash) in [(2_048u64, "m1", "00"), (2_049, "m2", "01")] {
+        let job = add_job_as(store, n, model, new_job(), hash).await;
+        let (tranche, _) = claim_all(store, model).await;
+        let lines: Vec<InputLine> = store.tranche_input(tranche).try_collect().await.unwrap();
+        let wire_ids: Vec<String> = (0..n).map(|i| format!("k{i}:t:v1")).collect();
+        assert_eq!(lines.iter().map(|l| l.wire_id.clone()).collect::<Vec<_>>(), wire_ids);
+        assert!(lines.iter().all(|l| l.job_id == job));
+        let held = lease(store, tranche).await;
+        let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+        // Every request answered but the last, each with its own text.
+        let mut answers: Vec<Success> = (0..n - 1)
+            .map(|i| {
+                success(&format!("k{i}:t:v1"), &format!("{{\"n\": {i}, \"s\": \"é\\n\\\"\"}}"))
+            })
+            .collect();
+        writer.record_successes(&mut answers, 9).await.unwrap();
+        assert!(writer.commit(TrancheState::Cleaning, 9).await.unwrap());
+        let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+        assert_eq!(rows.len() as u64, n);
+        assert!(rows.windows(2).all(|w| w[0].request_id < w[1].request_id), "in input order");
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(row.custom_id, wire_ids[i]);
+            assert_eq!(row.tranche_id, Some(tranche));
+        }
+        assert_eq!(text(&rows[1_023]), Some("{\"n\": 1023, \"s\": \"é\\n\\\"\"}"));
+        assert_eq!(text(&rows[1_024]), Some("{\"n\": 1024, \"s\": \"é\\n\\\"\"}"));
+        let last = &rows[rows.len() - 1];
+        assert_eq!((last.state, last.output.as_ref()), (RequestState::Queued, None));
+        let before_last = &rows[rows.len() - 2];
+        assert_eq!(before_last.state, RequestState::Succeeded);
+        assert_eq!(before_last.input_tokens, Some(2));
+    }
+}
+
 pub async fn successes_are_recorded_in_bulk_once_each(store: &dyn Store) {
     let job = add_job(store, 1_200, "m").await;
     let (tranche, _) = claim_all(store, "m").await;
@@ -1582,6 +1620,7 @@ macro_rules! store_conformance {
             metrics_are_aggregates_of_jobs_tranches_and_the_ledger,
             many_requests_are_written_in_order_across_statements,
             successes_are_recorded_in_bulk_once_each,
+            inputs_and_results_larger_than_a_page_come_back_whole_in_order,
             a_tranches_input_is_its_requests_in_order_however_spread,
             a_dropped_job_writer_stores_nothing,
             a_committed_job_is_pending_with_its_counts,

@@ -1,0 +1,248 @@
+//! Many rows read a page at a time, each page one JSON value: SQLite builds the page as a
+//! `json_group_array` of row arrays, so that it crosses from the connection's worker thread
+//! as one message holding one string, instead of one message (and a copy of every column, each
+//! its own allocation) per row. Rows read one by one that way cost more than SQLite's own work
+//! on them: `tranche results` at 100,000 requests spent most of its CPU time there.
+
+use std::cell::{Cell, RefCell};
+
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use serde_json::Value;
+use sqlx::{Sqlite, Transaction};
+use tranche_store::rows::StoredRow;
+use tranche_store::{StoreError, StoreResult};
+
+/// Rows a page holds: large enough that a statement's fixed cost is paid rarely, small
+/// enough that a page (about 200 bytes a row of results) stays well under a MiB.
+pub(crate) const PAGE_ROWS: i64 = 1024;
+
+/// A page as its statement gives it: the rows, the largest request id among them (where the
+/// next page starts) and whether it is full (a page short of [`PAGE_ROWS`] is the last).
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub rows: Vec<JsonRow>,
+    pub last_id: Option<i64>,
+    pub full: bool,
+}
+
+impl Page {
+    /// The page of a row `(json_group_array(...), MAX(id), COUNT(*))`.
+    pub(crate) fn from_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<Self> {
+        use sqlx::Row;
+        let text: Option<String> = row.try_get(0)?;
+        let last_id: Option<i64> = row.try_get(1)?;
+        let count: i64 = row.try_get(2)?;
+        let rows = match text {
+            Some(text) => parse(&text)?,
+            None => Vec::new(),
+        };
+        if usize::try_from(count).ok() != Some(rows.len()) {
+            return Err(StoreError::Corrupt(format!(
+                "a page of {count} rows came back holding {}",
+                rows.len()
+            )));
+        }
+        Ok(Self { rows, last_id, full: count >= PAGE_ROWS })
+    }
+}
+
+/// The rows `read` gives page after page, from the snapshot of `tx` (committed after the last
+/// page), each made a record by `record`. `read(tx, after)` reads the page of ids past `after`
+/// and hands `tx` back; the stream starts past `after` and ends at the first page not full.
+pub(crate) fn read_pages<T, F, Fut>(
+    tx: Transaction<'static, Sqlite>,
+    after: i64,
+    read: F,
+    record: fn(&JsonRow) -> StoreResult<T>,
+) -> BoxStream<'static, StoreResult<T>>
+where
+    T: Send + 'static,
+    F: Fn(Transaction<'static, Sqlite>, i64) -> Fut + Send + 'static,
+    Fut: Future<Output = StoreResult<(Transaction<'static, Sqlite>, Page)>> + Send,
+{
+    futures::stream::try_unfold((Some((tx, after)), read), move |(state, read)| async move {
+        let Some((tx, after)) = state else { return Ok::<_, StoreError>(None) };
+        let (tx, page) = read(tx, after).await?;
+        let records = page.rows.iter().map(record).collect::<StoreResult<Vec<T>>>()?;
+        let next = match (page.full, page.last_id) {
+            (true, Some(last_id)) => Some((tx, last_id)),
+            _ => {
+                tx.commit().await?;
+                None
+            }
+        };
+        Ok(Some((futures::stream::iter(records.into_iter().map(Ok)), (next, read))))
+    })
+    .try_flatten()
+    .boxed()
+}
+
+/// The rows of a page's JSON array of row arrays.
+pub(crate) fn parse(text: &str) -> StoreResult<Vec<JsonRow>> {
+    let rows: Vec<Vec<Value>> = serde_json::from_str(text)
+        .map_err(|e| StoreError::Corrupt(format!("a page of rows is not a JSON array: {e}")))?;
+    Ok(rows
+        .into_iter()
+        .map(|cells| JsonRow { cells: RefCell::new(cells), read: Cell::new(0) })
+        .collect())
+}
+
+/// One row of a page, its columns by position (SQLite's text, integers and NULLs as JSON
+/// strings, numbers and nulls). Each column is read once: reading it hands its value over
+/// without a copy, and a second read of it is an error.
+#[derive(Debug)]
+pub(crate) struct JsonRow {
+    cells: RefCell<Vec<Value>>,
+    /// The columns read already, a bit each.
+    read: Cell<u64>,
+}
+
+impl JsonRow {
+    fn take(&self, index: usize) -> StoreResult<Value> {
+        let mut cells = self.cells.borrow_mut();
+        let cell = cells
+            .get_mut(index)
+            .filter(|_| index < 64)
+            .ok_or_else(|| StoreError::Corrupt(format!("a page row has no column {index}")))?;
+        let bit = 1u64 << index;
+        if self.read.get() & bit != 0 {
+            return Err(StoreError::Corrupt(format!(
+                "column {index} of a page row was read twice"
+            )));
+        }
+        self.read.set(self.read.get() | bit);
+        Ok(std::mem::take(cell))
+    }
+
+    fn opt_int(&self, index: usize) -> StoreResult<Option<i64>> {
+        match self.take(index)? {
+            Value::Null => Ok(None),
+            Value::Number(n) => n.as_i64().map(Some).ok_or_else(|| not_a("an integer", index)),
+            _ => Err(not_a("an integer", index)),
+        }
+    }
+}
+
+fn not_a(what: &str, index: usize) -> StoreError {
+    StoreError::Corrupt(format!("column {index} of a page row is not {what}"))
+}
+
+fn by_name(column: &str) -> StoreError {
+    StoreError::Corrupt(format!("column `{column}` asked by name of a page row (by position only)"))
+}
+
+impl StoredRow for JsonRow {
+    fn text(&self, column: &str) -> StoreResult<String> {
+        Err(by_name(column))
+    }
+    fn opt_text(&self, column: &str) -> StoreResult<Option<String>> {
+        Err(by_name(column))
+    }
+    fn int(&self, column: &str) -> StoreResult<i64> {
+        Err(by_name(column))
+    }
+    fn opt_int(&self, column: &str) -> StoreResult<Option<i64>> {
+        Err(by_name(column))
+    }
+    fn flag(&self, column: &str) -> StoreResult<bool> {
+        Err(by_name(column))
+    }
+    fn text_at(&self, index: usize) -> StoreResult<String> {
+        self.opt_text_at(index)?.ok_or_else(|| not_a("text", index))
+    }
+    fn opt_text_at(&self, index: usize) -> StoreResult<Option<String>> {
+        match self.take(index)? {
+            Value::Null => Ok(None),
+            Value::String(text) => Ok(Some(text)),
+            _ => Err(not_a("text", index)),
+        }
+    }
+    fn int_at(&self, index: usize) -> StoreResult<i64> {
+        JsonRow::opt_int(self, index)?.ok_or_else(|| not_a("an integer", index))
+    }
+    fn opt_int_at(&self, index: usize) -> StoreResult<Option<i64>> {
+        JsonRow::opt_int(self, index)
+    }
+    fn flag_at(&self, index: usize) -> StoreResult<bool> {
+        Ok(self.int_at(index)? != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    use super::*;
+
+    /// What SQLite writes for text with quotes, escapes, newlines and characters past ASCII,
+    /// for large integers, NULLs and flags, reads back as it was stored.
+    #[tokio::test]
+    async fn a_page_reads_back_every_kind_of_column_as_stored() {
+        let pool = SqlitePoolOptions::new().connect("sqlite::memory:").await.unwrap();
+        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, s TEXT, n INTEGER, f INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let texts = ["plain", "a \"quoted\" \\ back\\slash\nnew\tline", "é ✓ 🦀", "", "{\"j\":1}"];
+        for (i, text) in texts.iter().enumerate() {
+            sqlx::query("INSERT INTO t (id, s, n, f) VALUES (?, ?, ?, ?)")
+                .bind(i as i64 + 1)
+                .bind(text)
+                .bind(i64::MAX - i as i64)
+                .bind(i % 2 == 0)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        sqlx::query("INSERT INTO t (id, s, n, f) VALUES (9, NULL, NULL, 0)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let row = sqlx::query(
+            "SELECT json_group_array(json_array(id, s, n, f) ORDER BY id), MAX(id), COUNT(*)
+             FROM t",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let page = Page::from_row(&row).unwrap();
+        assert_eq!((page.rows.len(), page.last_id, page.full), (6, Some(9), false));
+        for (i, text) in texts.iter().enumerate() {
+            let row = &page.rows[i];
+            assert_eq!(row.int_at(0).unwrap(), i as i64 + 1);
+            assert_eq!(row.text_at(1).unwrap(), *text);
+            assert_eq!(row.int_at(2).unwrap(), i64::MAX - i as i64);
+            assert_eq!(row.flag_at(3).unwrap(), i % 2 == 0);
+        }
+        let last = &page.rows[5];
+        assert_eq!(last.opt_text_at(1).unwrap(), None);
+        assert_eq!(last.opt_int_at(2).unwrap(), None);
+        assert!(last.text_at(0).is_err(), "an integer is not text");
+        assert!(last.int_at(0).is_err(), "a column is read once");
+        assert!(last.text("s").is_err(), "by position only");
+        assert!(last.int_at(7).is_err(), "no such column");
+    }
+
+    /// An empty page is a page of no rows, and the last.
+    #[tokio::test]
+    async fn an_empty_page_has_no_rows_and_is_the_last() {
+        let pool = SqlitePoolOptions::new().connect("sqlite::memory:").await.unwrap();
+        let row = sqlx::query(
+            "SELECT json_group_array(x ORDER BY x), MAX(x), COUNT(*)
+             FROM (SELECT 1 AS x WHERE 0)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let page = Page::from_row(&row).unwrap();
+        assert!(page.rows.is_empty());
+        assert_eq!((page.last_id, page.full), (None, false));
+    }
+
+    #[test]
+    fn a_page_that_is_not_an_array_of_rows_is_corrupt() {
+        assert!(parse("{\"a\":1}").is_err());
+        assert!(parse("[1, 2]").is_err());
+        assert_eq!(parse("[[1], [\"x\", null]]").unwrap().len(), 2);
+    }
+}
