@@ -27,6 +27,61 @@ macro_rules! result_columns {
     };
 }
 
+/// The staged successes of an ingest, keyed (and so sorted) by request id, until they are
+/// applied to `requests` in one pass in id order. Temporary: private to its connection.
+const CREATE_STAGED: &str = concat!(
+    "CREATE TEMP TABLE IF NOT EXISTS ingest_staged (
+        request_id    INTEGER PRIMARY KEY,
+        attempt       INTEGER NOT NULL,",
+    result_columns!(),
+    ")"
+);
+
+// The statements that read the staged successes with their requests walk the staged rows and
+// look each request up by id (`CROSS JOIN` fixes that order). Left to choose, SQLite walks the
+// whole of `requests` through `requests_by_job_state` (its order serves the `GROUP BY`) and
+// looks each up among the staged: every ingest then reads every request of every job, 186 ms
+// against 25 for a tranche of 50,000 in a database of 1,000,000.
+
+/// Moves the counters of the staged requests' jobs, once per job. (A macro, and
+/// [`BILL_STAGED`]'s too, so that a test can ask for their plans with `concat!`.)
+macro_rules! count_staged {
+    () => {
+        "UPDATE jobs SET n_queued = n_queued - d.n,
+        n_succeeded = n_succeeded + d.n, n_retried = n_retried + d.retried,
+        input_tokens = input_tokens + d.input, output_tokens = output_tokens + d.output
+     FROM (SELECT r.job_id, COUNT(*) AS n,
+                  SUM((s.attempt > 1) - (r.attempts > 1)) AS retried,
+                  SUM(COALESCE(s.input_tokens, 0) - COALESCE(r.input_tokens, 0)) AS input,
+                  SUM(COALESCE(s.output_tokens, 0) - COALESCE(r.output_tokens, 0)) AS output
+           FROM temp.ingest_staged AS s CROSS JOIN requests AS r ON r.id = s.request_id
+           WHERE r.state = 'queued'
+           GROUP BY r.job_id) AS d
+     WHERE jobs.id = d.job_id"
+    };
+}
+const COUNT_STAGED: &str = count_staged!();
+
+macro_rules! bill_staged {
+    () => {
+        concat!(
+            "INSERT INTO usage_totals
+        (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
+         cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
+     SELECT r.job_id, 'billed', ?, s.model, ?, COUNT(*), SUM(s.input_tokens),
+            SUM(s.cached_input_tokens), SUM(s.cache_write_5m_tokens),
+            SUM(s.cache_write_1h_tokens), SUM(s.output_tokens), SUM(s.reasoning_tokens)
+     FROM temp.ingest_staged AS s CROSS JOIN requests AS r ON r.id = s.request_id
+     WHERE s.model IS NOT NULL
+     GROUP BY r.job_id, s.model
+     ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+            usage_add!()
+        )
+    };
+}
+/// Adds what the staged successes were billed to the usage ledger, by job and model.
+const BILL_STAGED: &str = bill_staged!();
+
 #[async_trait::async_trait]
 impl IngestStore for SqliteStore {
     async fn begin_ingest(
@@ -37,15 +92,7 @@ impl IngestStore for SqliteStore {
         let mut tx = self.begin_write().await?;
         // Successes wait here, keyed (and so sorted) by request id, until they are applied to
         // `requests` in one pass in id order. Temporary: private to this connection.
-        sqlx::query(concat!(
-            "CREATE TEMP TABLE IF NOT EXISTS ingest_staged (
-                request_id    INTEGER PRIMARY KEY,
-                attempt       INTEGER NOT NULL,",
-            result_columns!(),
-            ")"
-        ))
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query(CREATE_STAGED).execute(&mut *tx).await?;
         // A chunk's result lines, as they came, until their requests are found.
         sqlx::query(concat!(
             "CREATE TEMP TABLE IF NOT EXISTS ingest_lines (
@@ -174,21 +221,7 @@ impl SqliteIngestWriter {
         // Every staged request is queued in this tranche (staged as such, in this
         // transaction): its job's counters move once per job here, not once per request.
         crate::pause_counters(&mut self.tx, true).await?;
-        sqlx::query(
-            "UPDATE jobs SET n_queued = n_queued - d.n, n_succeeded = n_succeeded + d.n,
-                    n_retried = n_retried + d.retried, input_tokens = input_tokens + d.input,
-                    output_tokens = output_tokens + d.output
-             FROM (SELECT r.job_id, COUNT(*) AS n,
-                          SUM((s.attempt > 1) - (r.attempts > 1)) AS retried,
-                          SUM(COALESCE(s.input_tokens, 0) - COALESCE(r.input_tokens, 0)) AS input,
-                          SUM(COALESCE(s.output_tokens, 0) - COALESCE(r.output_tokens, 0)) AS output
-                   FROM temp.ingest_staged AS s JOIN requests AS r ON r.id = s.request_id
-                   WHERE r.state = 'queued'
-                   GROUP BY r.job_id) AS d
-             WHERE jobs.id = d.job_id",
-        )
-        .execute(&mut *self.tx)
-        .await?;
+        sqlx::query(COUNT_STAGED).execute(&mut *self.tx).await?;
         // `id IN (SELECT ...)` walks the staged ids in order and seeks each row; an
         // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
         // The staged values come in one row value: one lookup of the staged row, not one per
@@ -222,23 +255,11 @@ impl SqliteIngestWriter {
         .await?;
         // Every staged request was queued in this tranche, so each is a new attempt, counted
         // here once; the transaction commits with the tranche's move or not at all.
-        sqlx::query(concat!(
-            "INSERT INTO usage_totals
-                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
-                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
-             SELECT r.job_id, 'billed', ?, s.model, ?, COUNT(*), SUM(s.input_tokens),
-                    SUM(s.cached_input_tokens), SUM(s.cache_write_5m_tokens),
-                    SUM(s.cache_write_1h_tokens), SUM(s.output_tokens), SUM(s.reasoning_tokens)
-             FROM temp.ingest_staged AS s JOIN requests AS r ON r.id = s.request_id
-             WHERE s.model IS NOT NULL
-             GROUP BY r.job_id, s.model
-             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
-            usage_add!()
-        ))
-        .bind(&self.provider)
-        .bind(day_of(at))
-        .execute(&mut *self.tx)
-        .await?;
+        sqlx::query(BILL_STAGED)
+            .bind(&self.provider)
+            .bind(day_of(at))
+            .execute(&mut *self.tx)
+            .await?;
         sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *self.tx).await?;
         self.staged = false;
         Ok(())
@@ -398,5 +419,40 @@ impl IngestWriter for SqliteIngestWriter {
         }
         self.tx.commit().await?;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statements over the staged successes look each request up by id: none reads
+    /// `requests` whole, whatever the planner would prefer.
+    #[tokio::test]
+    async fn staged_successes_find_their_requests_by_id_not_by_scanning() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
+        let mut conn = store.pool.acquire().await.unwrap();
+        sqlx::query(CREATE_STAGED).execute(&mut *conn).await.unwrap();
+        for statement in [
+            concat!("EXPLAIN QUERY PLAN ", count_staged!()),
+            concat!("EXPLAIN QUERY PLAN ", bill_staged!()),
+        ] {
+            let plan: Vec<String> = sqlx::query(statement)
+                .bind("openai")
+                .bind(1)
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap_or_else(|e| panic!("{e}: {statement}"))
+                .iter()
+                .map(|row| row.get(3))
+                .collect();
+            let requests: Vec<&String> = plan.iter().filter(|step| step.contains(" r ")).collect();
+            assert!(
+                requests.iter().all(|step| step.starts_with("SEARCH r USING INTEGER PRIMARY KEY")),
+                "{plan:?}"
+            );
+            assert!(plan.iter().any(|step| step == "SCAN s"), "{plan:?}");
+        }
     }
 }
