@@ -90,8 +90,6 @@ impl IngestStore for SqliteStore {
         held: Held,
     ) -> StoreResult<Box<dyn IngestWriter>> {
         let mut tx = self.begin_write().await?;
-        // Successes wait here, keyed (and so sorted) by request id, until they are applied to
-        // `requests` in one pass in id order. Temporary: private to this connection.
         sqlx::query(CREATE_STAGED).execute(&mut *tx).await?;
         // A chunk's result lines, as they came, until their requests are found.
         sqlx::query(concat!(

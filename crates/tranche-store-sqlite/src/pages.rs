@@ -16,13 +16,12 @@ use tranche_store::{StoreError, StoreResult};
 /// enough that a page (about 200 bytes a row of results) stays well under a MiB.
 pub(crate) const PAGE_ROWS: i64 = 1024;
 
-/// A page as its statement gives it: the rows, the largest request id among them (where the
-/// next page starts) and whether it is full (a page short of [`PAGE_ROWS`] is the last).
+/// A page as its statement gives it: the rows and the largest request id among them (where
+/// the next page starts).
 #[derive(Debug)]
 pub(crate) struct Page {
     pub rows: Vec<JsonRow>,
     pub last_id: Option<i64>,
-    pub full: bool,
 }
 
 impl Page {
@@ -42,7 +41,12 @@ impl Page {
                 rows.len()
             )));
         }
-        Ok(Self { rows, last_id, full: count >= PAGE_ROWS })
+        Ok(Self { rows, last_id })
+    }
+
+    /// Whether the page holds [`PAGE_ROWS`] rows: a page short of that is the last.
+    pub(crate) fn is_full(&self) -> bool {
+        i64::try_from(self.rows.len()).is_ok_and(|n| n >= PAGE_ROWS)
     }
 }
 
@@ -64,7 +68,7 @@ where
         let Some((tx, after)) = state else { return Ok::<_, StoreError>(None) };
         let (tx, page) = read(tx, after).await?;
         let records = page.rows.iter().map(record).collect::<StoreResult<Vec<T>>>()?;
-        let next = match (page.full, page.last_id) {
+        let next = match (page.is_full(), page.last_id) {
             (true, Some(last_id)) => Some((tx, last_id)),
             _ => {
                 tx.commit().await?;
@@ -206,7 +210,7 @@ mod tests {
         .await
         .unwrap();
         let page = Page::from_row(&row).unwrap();
-        assert_eq!((page.rows.len(), page.last_id, page.full), (6, Some(9), false));
+        assert_eq!((page.rows.len(), page.last_id, page.is_full()), (6, Some(9), false));
         for (i, text) in texts.iter().enumerate() {
             let row = &page.rows[i];
             assert_eq!(row.int_at(0).unwrap(), i as i64 + 1);
@@ -236,7 +240,7 @@ mod tests {
         .unwrap();
         let page = Page::from_row(&row).unwrap();
         assert!(page.rows.is_empty());
-        assert_eq!((page.last_id, page.full), (None, false));
+        assert_eq!((page.last_id, page.is_full()), (None, false));
     }
 
     #[test]
