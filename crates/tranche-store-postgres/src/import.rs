@@ -1,6 +1,6 @@
 //! Copying a SQLite store into an empty PostgreSQL database (`tranche migrate`): every table of
-//! the SQLite schema as of its migration 16, read in keyset pages inside one read transaction
-//! (a consistent snapshot) and written in array-bound chunks inside one PostgreSQL transaction,
+//! the SQLite schema as this build leaves it (`SQLITE_SCHEMA`), read in keyset pages inside one
+//! read transaction (a consistent snapshot) and written in array-bound chunks inside one PostgreSQL transaction,
 //! so that a failed copy leaves the target as it was. Named leases are not copied: they are
 //! transient, and the next engine takes them afresh.
 
@@ -12,9 +12,9 @@ use tranche_store::StoreError;
 
 use crate::PgStore;
 
-/// The SQLite schema this copier reads: the last of the SQLite store's migrations, which
-/// PostgreSQL's schema mirrors.
-const SQLITE_SCHEMA: i64 = 20;
+/// The SQLite schema this copier reads: the last of the SQLite store's migrations, whose
+/// tables PostgreSQL's schema mirrors (indexes differ).
+const SQLITE_SCHEMA: i64 = 21;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;
@@ -84,9 +84,9 @@ macro_rules! copy_table {
 }
 
 impl PgStore {
-    /// Copies the SQLite store in the file `sqlite_file` (its schema must be at migration 16,
-    /// as the SQLite store's `open` leaves it) into this database, which must hold no
-    /// job, no tranche and no tenant. All or nothing: one transaction. Rows keep their ids, request ids
+    /// Copies the SQLite store in the file `sqlite_file` (its schema must be at
+    /// `SQLITE_SCHEMA`, as the SQLite store's `open` leaves it) into this database, which must
+    /// hold no job, no tranche and no tenant. All or nothing: one transaction. Rows keep their ids, request ids
     /// continue after the largest copied, and jobs keep their counters as they are (the
     /// counters' trigger follows updates only, so the copy's inserts do not count again).
     pub async fn import_sqlite(&self, sqlite_file: &Path) -> Result<ImportReport, ImportError> {

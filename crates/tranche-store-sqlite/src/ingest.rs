@@ -38,10 +38,11 @@ const CREATE_STAGED: &str = concat!(
 );
 
 // The statements that read the staged successes with their requests walk the staged rows and
-// look each request up by id (`CROSS JOIN` fixes that order). Left to choose, SQLite walks the
-// whole of `requests` through `requests_by_job_state` (its order serves the `GROUP BY`) and
-// looks each up among the staged: every ingest then reads every request of every job, 186 ms
-// against 25 for a tranche of 50,000 in a database of 1,000,000.
+// look each request up by id (`CROSS JOIN` fixes that order). Left to choose, SQLite may walk
+// the whole of `requests` through an index whose order serves the `GROUP BY` (it did through
+// the index on job and state, since dropped) and look each up among the staged: every ingest
+// then reads every request of every job, 186 ms against 25 for a tranche of 50,000 in a
+// database of 1,000,000.
 
 /// Moves the counters of the staged requests' jobs, once per job. (A macro, and
 /// [`BILL_STAGED`]'s too, so that a test can ask for their plans with `concat!`.)
@@ -91,12 +92,14 @@ impl IngestStore for SqliteStore {
     ) -> StoreResult<Box<dyn IngestWriter>> {
         let mut tx = self.begin_write().await?;
         sqlx::query(CREATE_STAGED).execute(&mut *tx).await?;
-        // A chunk's result lines, as they came, until their requests are found.
+        // One call's result lines, as they came, until their requests are found. Keyed by
+        // wire id and stored in that order (`WITHOUT ROWID`), so the lookups that find their
+        // requests walk `requests_by_tranche` forwards instead of at random.
         sqlx::query(concat!(
             "CREATE TEMP TABLE IF NOT EXISTS ingest_lines (
                 wire_id       TEXT PRIMARY KEY,",
             result_columns!(),
-            ", output_text TEXT)"
+            ", output_text TEXT) WITHOUT ROWID"
         ))
         .execute(&mut *tx)
         .await?;
@@ -133,10 +136,9 @@ pub(crate) struct SqliteIngestWriter {
 }
 
 impl SqliteIngestWriter {
-    async fn stage_chunk(&mut self, chunk: Vec<Success>) -> StoreResult<u64> {
-        // The chunk's lines go into `ingest_lines` as they are, the first line with a wire id
-        // kept (a later one is ignored); SQL then finds their requests. No request row comes
-        // back to this side.
+    /// Puts one chunk of lines into `ingest_lines` as they are, the first line with a wire id
+    /// kept (a later one is ignored). Returns whether any carries its output as text.
+    async fn insert_lines(&mut self, chunk: &[Success]) -> StoreResult<bool> {
         let mut lines = QueryBuilder::<Sqlite>::new(
             "INSERT OR IGNORE INTO temp.ingest_lines
                 (wire_id, status_code, model, input_tokens, cached_input_tokens,
@@ -144,7 +146,7 @@ impl SqliteIngestWriter {
                  output_object, output_offset, output_length, output_text) ",
         );
         let mut texts = false;
-        lines.push_values(chunk.iter(), |mut row, line| {
+        lines.push_values(chunk, |mut row, line| {
             let (range, text) = match &line.output {
                 OutputRef::InObject { object, offset, len } => {
                     (Some((object.as_str(), to_i64(*offset), to_i64(*len))), None)
@@ -173,9 +175,15 @@ impl SqliteIngestWriter {
         // Bulk statements differ in length, so none is kept prepared (each holds a large
         // program, and a connection's statement cache would keep dozens).
         lines.build().persistent(false).execute(&mut *self.tx).await?;
-        // Each line's request, looked up in `requests_by_tranche` line by line (`CROSS JOIN`
-        // keeps the lines as the outer loop). A request staged by an earlier chunk stays as
-        // it was staged.
+        Ok(texts)
+    }
+
+    /// Stages the lines in `ingest_lines` and empties it: SQL finds their requests, and no
+    /// request row comes back to this side. Returns how many requests were staged.
+    async fn stage_lines(&mut self, texts: bool) -> StoreResult<u64> {
+        // Each line's request, looked up in `requests_by_tranche` line by line in wire id
+        // order (`CROSS JOIN` keeps the lines as the outer loop). A request staged by an
+        // earlier call stays as it was staged.
         let staged = sqlx::query(
             "INSERT OR IGNORE INTO temp.ingest_staged
                 (request_id, attempt, status_code, model, input_tokens, cached_input_tokens,
@@ -387,13 +395,15 @@ impl IngestWriter for SqliteIngestWriter {
 
     async fn record_successes(&mut self, lines: &mut Vec<Success>, at: i64) -> StoreResult<u64> {
         self.finished_at = at;
-        let mut recorded = 0;
-        while !lines.is_empty() {
-            let rest = lines.split_off(lines.len().min(INGEST_ROWS));
-            let chunk = std::mem::replace(lines, rest);
-            recorded += self.stage_chunk(chunk).await?;
+        // All of a call's lines are gathered before their requests are looked up: the more
+        // lines one lookup pass holds, the closer together in the index their requests lie
+        // (a tranche of 50,000 at 512 lines a pass: 13 µs a line; at 4,096: 5.6).
+        let mut texts = false;
+        for chunk in lines.chunks(INGEST_ROWS) {
+            texts |= self.insert_lines(chunk).await?;
         }
-        Ok(recorded)
+        lines.clear();
+        self.stage_lines(texts).await
     }
 
     async fn commit(mut self: Box<Self>, next: TrancheState, at: i64) -> StoreResult<bool> {

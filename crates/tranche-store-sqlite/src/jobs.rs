@@ -196,13 +196,13 @@ impl JobStore for SqliteStore {
     }
 
     async fn job_has_open_requests(&self, id: JobId) -> StoreResult<bool> {
-        let row = sqlx::query(
-            "SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = ? AND state IN ('pending', 'queued'))",
-        )
-        .bind(id.to_string())
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(row.try_get::<i64, _>(0)? != 0)
+        // The job's counters follow every committed change of its requests' states.
+        let open: Option<i64> =
+            sqlx::query_scalar("SELECT n_pending + n_queued > 0 FROM jobs WHERE id = ?")
+                .bind(id.to_string())
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(open.unwrap_or(0) != 0)
     }
 
     async fn job_open_tranches(&self, id: JobId) -> StoreResult<u64> {

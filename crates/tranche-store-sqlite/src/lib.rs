@@ -111,6 +111,11 @@ fn migrator() -> Migrator {
             "partial tranche index",
             include_str!("../migrations/sqlite/0020_partial_tranche_index.sql"),
         ),
+        migration(
+            21,
+            "no job state index",
+            include_str!("../migrations/sqlite/0021_no_job_state_index.sql"),
+        ),
     ])
 }
 

@@ -227,7 +227,13 @@ impl PlanStore for SqliteStore {
 
     async fn job_queued_cost(&self, job: JobId) -> StoreResult<Usd> {
         let nanos: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(max_cost), 0) FROM requests WHERE job_id = ? AND state = 'queued'",
+            // A queued request rests in a live tranche: the job's live tranches are searched
+            // through `requests_by_tranche`, not all of the job's requests.
+            "SELECT COALESCE(SUM(r.max_cost), 0)
+             FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
+                  CROSS JOIN requests AS r ON r.tranche_id = j.tranche_id
+             WHERE j.job_id = ?1 AND t.state NOT IN ('done', 'failed')
+               AND r.job_id = ?1 AND r.state = 'queued'",
         )
         .bind(job.to_string())
         .fetch_one(&self.pool)

@@ -23,7 +23,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use tranche_core::{
     AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
-    RequestState, TokenUsage, TrancheId, TrancheState,
+    RequestState, TokenUsage, TrancheId, TrancheState, Usd,
 };
 
 use crate::*;
@@ -480,6 +480,75 @@ pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
     );
     assert_eq!(text(&rows[0]), Some(r#"{"ok":true}"#));
     assert_eq!(rows[1].state, RequestState::Failed);
+}
+
+/// Records a job of `n` requests of model `m` keyed `{key}{i}`, each of which may cost at
+/// most `max_cost`.
+async fn add_costed_job(store: &dyn Store, key: &str, n: u64, max_cost: Usd) -> JobId {
+    let job = new_job();
+    let id = job.id;
+    let mut writer = store.begin_job(job).await.unwrap();
+    for i in 0..n {
+        let custom_id = format!("{key}{i}:t:v1");
+        writer
+            .add(&NewRequest {
+                line: i + 1,
+                custom_id: &custom_id,
+                wire_id: &custom_id,
+                endpoint: Endpoint::ChatCompletions,
+                model: "m",
+                body: RequestBody::Stored(r#"{"model":"m"}"#),
+                wire_bytes: 10,
+                input_hash: "00",
+                max_attempts: 3,
+                est_tokens: 10,
+                max_cost: Some(max_cost),
+                accepted_at: 100,
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(writer.commit().await.unwrap(), n);
+    id
+}
+
+/// Whether a job has open requests and what its queued requests may still cost follow its
+/// requests through their claims and results, and count no other job's requests sharing a
+/// tranche.
+pub async fn open_requests_and_queued_cost_follow_a_jobs_requests(store: &dyn Store) {
+    let cents = |n: u64| Usd::from_nanos(n * 10_000_000);
+    let job = add_costed_job(store, "k", 3, cents(2)).await;
+    let other = add_costed_job(store, "o", 2, cents(5)).await;
+    assert!(store.job_has_open_requests(job).await.unwrap());
+    assert_eq!(store.job_queued_cost(job).await.unwrap(), Usd::ZERO, "waiting is not queued");
+
+    // Two of the job's requests and one of the other's share a tranche.
+    let ids = pending_ids(store, "m").await;
+    let first = NewTranche { bytes: 30, created_at: 1, ..new_tranche(ProviderKind::Openai, "m") };
+    create_tranche(store, &first, &[ids[0], ids[1], ids[3]]).await;
+    assert_eq!(store.job_queued_cost(job).await.unwrap(), cents(4));
+    assert_eq!(store.job_queued_cost(other).await.unwrap(), cents(5));
+
+    let held = lease(store, first.id).await;
+    let mut writer = store.begin_ingest(first.id, held).await.unwrap();
+    let mut lines = vec![success("k0:t:v1", "{}")];
+    assert_eq!(writer.record_successes(&mut lines, 2).await.unwrap(), 1);
+    assert!(writer.record("k1:t:v1", &fatal(2)).await.unwrap());
+    assert!(writer.commit(TrancheState::Cleaning, 2).await.unwrap());
+    assert_eq!(store.job_queued_cost(job).await.unwrap(), Usd::ZERO);
+    assert_eq!(store.job_queued_cost(other).await.unwrap(), cents(5), "still queued");
+    assert!(store.job_has_open_requests(job).await.unwrap(), "one still waits");
+
+    let second = NewTranche { bytes: 10, created_at: 2, ..new_tranche(ProviderKind::Openai, "m") };
+    create_tranche(store, &second, &[ids[2]]).await;
+    assert_eq!(store.job_queued_cost(job).await.unwrap(), cents(2));
+    let held = lease(store, second.id).await;
+    let mut writer = store.begin_ingest(second.id, held).await.unwrap();
+    assert!(writer.record("k2:t:v1", &fatal(3)).await.unwrap());
+    assert!(writer.commit(TrancheState::Cleaning, 3).await.unwrap());
+    assert!(!store.job_has_open_requests(job).await.unwrap());
+    assert_eq!(store.job_queued_cost(job).await.unwrap(), Usd::ZERO);
+    assert!(store.job_has_open_requests(other).await.unwrap());
 }
 
 pub async fn provider_files_are_tracked_until_deleted(store: &dyn Store) {
@@ -1626,6 +1695,7 @@ macro_rules! store_conformance {
             a_committed_job_is_pending_with_its_counts,
             requests_are_claimed_into_one_tranche_only,
             results_are_recorded_once_and_the_rest_in_bulk,
+            open_requests_and_queued_cost_follow_a_jobs_requests,
             provider_files_are_tracked_until_deleted,
             a_held_tranche_lease_excludes_other_engines_until_handed_back,
             a_lapsed_lease_passes_to_another_engine_and_its_holder_can_no_longer_act,

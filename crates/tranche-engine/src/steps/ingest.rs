@@ -66,8 +66,11 @@ impl Engine {
         let judge =
             Judge::load(&*self.store, tranche.endpoint, tranche.answer_check.as_deref()).await?;
         let mut writer = self.store.begin_ingest(tranche.id, lease.held()).await?;
-        /// Successful lines recorded per call; failures are few and kept until the end.
-        const SUCCESS_CHUNK: usize = 512;
+        /// Successful lines recorded per call; failures are few and kept until the end. A
+        /// store finds a call's requests together, and the more a call holds the closer
+        /// together they lie (SQLite at a tranche of 50,000: 13 µs a line at 512, 5.6 at
+        /// 4,096); 4,096 lines are about 1 MB.
+        const SUCCESS_CHUNK: usize = 4096;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
         let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
         let mut failures = Vec::new();
