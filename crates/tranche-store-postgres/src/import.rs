@@ -14,7 +14,7 @@ use crate::PgStore;
 
 /// The SQLite schema this copier reads: the last of the SQLite store's migrations, whose
 /// tables PostgreSQL's schema mirrors (indexes differ).
-const SQLITE_SCHEMA: i64 = 21;
+const SQLITE_SCHEMA: i64 = 22;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;
@@ -245,11 +245,13 @@ impl PgStore {
             columns = [id: i64, request_id: i64, output: String]
         );
         copy_table!(src, tx, report, "attempts", page = PAGE,
-            select = "SELECT rowid AS k, request_id, attempt, tranche_id, outcome, status_code,
-                             error, created_at, model, input_tokens, cached_input_tokens,
-                             cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
-                             reasoning_tokens
-                      FROM attempts WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            // Stored without a rowid: paged by its key.
+            select = "SELECT request_id AS kr, tranche_id AS kt, request_id, attempt, tranche_id,
+                             outcome, status_code, error, created_at, model, input_tokens,
+                             cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+                             output_tokens, reasoning_tokens
+                      FROM attempts WHERE (request_id, tranche_id) > (?, ?)
+                      ORDER BY request_id, tranche_id LIMIT ?",
             insert = "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code,
                              error, created_at, model, input_tokens, cached_input_tokens,
                              cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
@@ -258,7 +260,7 @@ impl PgStore {
                              $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[],
                              $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
                              $14::bigint[])",
-            keys = [k: i64 = i64::MIN],
+            keys = [kr: i64 = i64::MIN, kt: String = String::new()],
             columns = [request_id: i64, attempt: i64, tranche_id: String, outcome: String,
                 status_code: Option<i64>, error: Option<String>, created_at: i64,
                 model: Option<String>, input_tokens: Option<i64>,

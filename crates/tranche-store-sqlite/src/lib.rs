@@ -116,6 +116,11 @@ fn migrator() -> Migrator {
             "no job state index",
             include_str!("../migrations/sqlite/0021_no_job_state_index.sql"),
         ),
+        migration(
+            22,
+            "attempts without rowid",
+            include_str!("../migrations/sqlite/0022_attempts_without_rowid.sql"),
+        ),
     ])
 }
 
