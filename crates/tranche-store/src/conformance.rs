@@ -146,6 +146,29 @@ pub async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
     add_job_as(store, n, model, new_job(), "00").await
 }
 
+/// The request on input line `line`, its wire id its custom id, with no cost limit.
+fn new_request<'a>(
+    custom_id: &'a str,
+    line: u64,
+    model: &'a str,
+    input_hash: &'a str,
+) -> NewRequest<'a> {
+    NewRequest {
+        line,
+        custom_id,
+        wire_id: custom_id,
+        endpoint: Endpoint::ChatCompletions,
+        model,
+        body: RequestBody::Stored(r#"{"model":"m"}"#),
+        wire_bytes: 10,
+        input_hash,
+        max_attempts: 3,
+        est_tokens: 10,
+        max_cost: None,
+        accepted_at: 100,
+    }
+}
+
 /// Records `job` with `n` requests of `model` whose input hash is `input_hash`.
 async fn add_job_as(
     store: &dyn Store,
@@ -158,23 +181,7 @@ async fn add_job_as(
     let mut writer = store.begin_job(job).await.unwrap();
     for i in 0..n {
         let custom_id = format!("k{i}:t:v1");
-        writer
-            .add(&NewRequest {
-                line: i + 1,
-                custom_id: &custom_id,
-                wire_id: &custom_id,
-                endpoint: Endpoint::ChatCompletions,
-                model,
-                body: RequestBody::Stored(r#"{"model":"m"}"#),
-                wire_bytes: 10,
-                input_hash,
-                max_attempts: 3,
-                est_tokens: 10,
-                max_cost: None,
-                accepted_at: 100,
-            })
-            .await
-            .unwrap();
+        writer.add(&new_request(&custom_id, i + 1, model, input_hash)).await.unwrap();
     }
     assert_eq!(writer.commit().await.unwrap(), n);
     id
@@ -490,23 +497,9 @@ async fn add_costed_job(store: &dyn Store, key: &str, n: u64, max_cost: Usd) -> 
     let mut writer = store.begin_job(job).await.unwrap();
     for i in 0..n {
         let custom_id = format!("{key}{i}:t:v1");
-        writer
-            .add(&NewRequest {
-                line: i + 1,
-                custom_id: &custom_id,
-                wire_id: &custom_id,
-                endpoint: Endpoint::ChatCompletions,
-                model: "m",
-                body: RequestBody::Stored(r#"{"model":"m"}"#),
-                wire_bytes: 10,
-                input_hash: "00",
-                max_attempts: 3,
-                est_tokens: 10,
-                max_cost: Some(max_cost),
-                accepted_at: 100,
-            })
-            .await
-            .unwrap();
+        let request =
+            NewRequest { max_cost: Some(max_cost), ..new_request(&custom_id, i + 1, "m", "00") };
+        writer.add(&request).await.unwrap();
     }
     assert_eq!(writer.commit().await.unwrap(), n);
     id
