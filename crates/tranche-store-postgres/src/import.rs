@@ -53,7 +53,8 @@ pub struct ImportReport {
 }
 
 /// Copies one table in keyset pages: `select` binds the keys of the previous page's last row
-/// (selected as `k`, or `k1` and `k2`) and the page size; `insert` binds one array per column,
+/// (selected under the names `keys` gives: `k`, or `k1` and `k2`, or `kr` and `kt`) and the
+/// page size; `insert` binds one array per column,
 /// in the order given.
 macro_rules! copy_table {
     ($src:expr, $tx:expr, $report:expr, $name:literal, page = $page:expr,

@@ -237,6 +237,12 @@ impl JobStore for SqliteStore {
             .bind(id.to_string())
             .execute(&mut *tx)
             .await?;
+        // Planning calls this on every pass while a cancelled job stays open: with nothing
+        // waiting (its counters say so) the job's requests are not read.
+        if !crate::has_pending(&mut tx, id).await? {
+            tx.commit().await?;
+            return Ok(0);
+        }
         let done = sqlx::query(
             "UPDATE requests SET state = 'cancelled', finished_at = ?, tranche_id = NULL
              WHERE job_id = ? AND state = 'pending'",

@@ -12,6 +12,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{SqlSafeStr, Sqlite, Transaction};
+use tranche_core::JobId;
 use tranche_store::{DeploymentStore, Store, StoreError, StoreResult};
 
 /// The database's clock in unix milliseconds, as an SQL expression. A macro so that statements
@@ -133,6 +134,20 @@ pub(crate) async fn pause_counters(
 ) -> StoreResult<()> {
     sqlx::query("UPDATE counter_pause SET paused = ?").bind(paused).execute(&mut **tx).await?;
     Ok(())
+}
+
+/// Whether any request of `job` waits in the pool, read from its counters (which follow every
+/// committed change): a statement over the job's waiting requests reads all of its requests,
+/// since no index has their state by job.
+pub(crate) async fn has_pending(
+    tx: &mut Transaction<'static, Sqlite>,
+    job: JobId,
+) -> StoreResult<bool> {
+    let pending: Option<i64> = sqlx::query_scalar("SELECT n_pending FROM jobs WHERE id = ?")
+        .bind(job.to_string())
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(pending.unwrap_or(0) > 0)
 }
 
 /// Connections to a database file. Two against four: peak RSS of `tranche run` at 1,000,000

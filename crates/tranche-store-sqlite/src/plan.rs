@@ -243,6 +243,9 @@ impl PlanStore for SqliteStore {
 
     async fn end_waiting(&self, job: JobId, error: &str, at: i64) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
+        if !crate::has_pending(&mut tx, job).await? {
+            return Ok(0);
+        }
         let done = sqlx::query(
             "UPDATE requests SET state = 'cancelled', error = ?, finished_at = ?, tranche_id = NULL
              WHERE job_id = ? AND state = 'pending'

@@ -542,6 +542,15 @@ pub async fn open_requests_and_queued_cost_follow_a_jobs_requests(store: &dyn St
     assert!(!store.job_has_open_requests(job).await.unwrap());
     assert_eq!(store.job_queued_cost(job).await.unwrap(), Usd::ZERO);
     assert!(store.job_has_open_requests(other).await.unwrap());
+
+    // Cancelling ends what waits, and nothing when nothing does.
+    assert_eq!(store.cancel_job(job, 4).await.unwrap(), 0);
+    assert_eq!(store.cancel_job(other, 4).await.unwrap(), 1);
+    assert_eq!(store.cancel_job(other, 5).await.unwrap(), 0);
+    let counts = store.job_counts(other).await.unwrap();
+    assert_eq!((counts.pending, counts.queued, counts.cancelled), (0, 1, 1));
+    assert!(store.job_has_open_requests(other).await.unwrap(), "one still queued");
+    assert!(store.job(other).await.unwrap().unwrap().cancel_requested);
 }
 
 pub async fn provider_files_are_tracked_until_deleted(store: &dyn Store) {

@@ -29,6 +29,7 @@ INSERT INTO attempts_by_key
 SELECT request_id, attempt, tranche_id, outcome, status_code, error, created_at, model,
        input_tokens, cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
        output_tokens, reasoning_tokens
-FROM attempts;
+FROM attempts
+ORDER BY request_id, tranche_id;
 DROP TABLE attempts;
 ALTER TABLE attempts_by_key RENAME TO attempts;
