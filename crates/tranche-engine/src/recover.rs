@@ -141,7 +141,9 @@ impl Engine {
 
     /// Among candidate batches without metadata, finds the one whose results name this
     /// tranche's requests. Only batches that have ended have results: while any candidate
-    /// runs, the tranche waits; once all have ended and none is its own, it is created.
+    /// runs, the tranche waits; once all have ended and none is its own, it is created. A
+    /// candidate gone before its results were read (another tranche took it, ended and
+    /// deleted it) is no reason to fail this one.
     async fn confirm_by_results(
         &self,
         provider: &dyn Provider,
@@ -156,7 +158,21 @@ impl Engine {
                 continue;
             };
             // The first result line is enough: read until it is whole, then stop.
-            let mut results = provider.download_results(url).await?.stream;
+            let mut results = match provider.download_results(url).await {
+                Ok(download) => download.stream,
+                // Gone since it was listed. A tranche that recorded it since has ended with
+                // it (and deleted it): not this one's. Otherwise it cannot tell yet; the next
+                // look no longer lists it. Either way the tranche looking does not fail.
+                Err(e) if e.status == Some(404) => {
+                    let taken =
+                        self.store.tranche_of_batch(tranche.provider, batch.id.as_str()).await?;
+                    if taken.is_none_or(|other| other == tranche.id) {
+                        running += 1;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let mut head = Vec::new();
             while !head.contains(&b'\n') {
                 match results.try_next().await? {
