@@ -164,9 +164,12 @@ impl Engine {
                 // it (and deleted it): not this one's. Otherwise it cannot tell yet; the next
                 // look no longer lists it. Either way the tranche looking does not fail.
                 Err(e) if e.status == Some(404) => {
-                    let taken =
-                        self.store.tranche_of_batch(tranche.provider, batch.id.as_str()).await?;
-                    if taken.is_none_or(|other| other == tranche.id) {
+                    if self
+                        .store
+                        .tranche_of_batch(tranche.provider, batch.id.as_str())
+                        .await?
+                        .is_none()
+                    {
                         running += 1;
                     }
                     continue;

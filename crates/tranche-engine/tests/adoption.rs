@@ -4,24 +4,10 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use std::sync::Arc;
-
-use secrecy::SecretString;
 use serde_json::{Value, json};
 use tranche_core::{Endpoint, JobSettings, JobState, ProviderKind, TrancheState};
-use tranche_engine::Engine;
-use tranche_providers::{AnthropicConfig, AnthropicProvider, Provider, http_client};
 use tranche_sim::{HttpFault, SimConfig};
 use tranche_test_support::harness::Harness;
-
-/// An engine over the harness's store whose Anthropic adapter reaches the simulator, one
-/// request a batch.
-async fn anthropic_engine(setup: &Harness) -> Engine {
-    let mut config = AnthropicConfig::new(SecretString::from("sk-ant-test"));
-    config.base_url = setup.sim.anthropic_base_url();
-    let adapter = Arc::new(AnthropicProvider::new(config, http_client().unwrap()).unwrap());
-    setup.engine_over(adapter as Arc<dyn Provider>, |c| c.max_batch_requests = Some(1)).await
-}
 
 fn faults(faults: &[Value]) -> SimConfig {
     let faults = faults.iter().map(|f| serde_json::from_value::<HttpFault>(f.clone()).unwrap());
@@ -36,7 +22,8 @@ async fn a_candidate_whose_results_cannot_be_read_makes_the_tranche_wait_not_fai
     setup.sim.set_config(faults(&[
         json!({"provider": "anthropic", "operation": "create", "kind": "drop_after"}),
     ]));
-    let engine = anthropic_engine(&setup).await;
+    // One request a batch.
+    let engine = setup.anthropic_engine_with(|c| c.max_batch_requests = Some(1)).await;
     let lines: String = ["a", "b"]
         .iter()
         .map(|key| {

@@ -5,9 +5,7 @@
 #![expect(clippy::unwrap_used, clippy::panic, reason = "test helpers fail loudly")]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use secrecy::SecretString;
 use serde_json::{Value, json};
 use tranche_blob::{BlobKey, BlobStore};
 use tranche_core::hash::canonical_json;
@@ -15,8 +13,7 @@ use tranche_core::{
     CacheSharedPrompt, Endpoint, JobId, JobSettings, JobState, ProviderKind, TrancheId,
     TrancheState,
 };
-use tranche_engine::{Engine, EngineConfig};
-use tranche_providers::{AnthropicConfig, AnthropicProvider, Provider, http_client};
+use tranche_engine::Engine;
 use tranche_sim::{HttpFault, SimConfig};
 use tranche_test_support::harness::Harness;
 
@@ -59,14 +56,7 @@ fn mixed_lines() -> Vec<Value> {
 }
 
 async fn anthropic_engine(setup: &Harness) -> Engine {
-    anthropic_engine_with(setup, |_| {}).await
-}
-
-async fn anthropic_engine_with(setup: &Harness, tune: impl FnOnce(&mut EngineConfig)) -> Engine {
-    let mut config = AnthropicConfig::new(SecretString::from("sk-ant-test"));
-    config.base_url = setup.sim.anthropic_base_url();
-    let adapter = Arc::new(AnthropicProvider::new(config, http_client().unwrap()).unwrap());
-    setup.engine_over(adapter as Arc<dyn Provider>, tune).await
+    setup.anthropic_engine_with(|_| {}).await
 }
 
 async fn submit(engine: &Engine, lines: &[Value], cache: CacheSharedPrompt) -> JobId {
@@ -271,7 +261,7 @@ async fn a_tranche_cut_at_the_byte_limit_still_fits_once_marked() {
 
     // Measured with the marks they may carry, they do not fit in one batch of that size.
     let setup = Harness::new().await;
-    let engine = anthropic_engine_with(&setup, |c| c.max_batch_bytes = Some(limit)).await;
+    let engine = setup.anthropic_engine_with(|c| c.max_batch_bytes = Some(limit)).await;
     let job = submit(&engine, &lines, CacheSharedPrompt::Auto).await;
     for _ in 0..5 {
         engine.tick().await.unwrap();

@@ -1,8 +1,8 @@
 //! Copying a SQLite store into an empty PostgreSQL database (`tranche migrate`): every table of
 //! the SQLite schema as this build leaves it (`SQLITE_SCHEMA`), read in keyset pages inside one
-//! read transaction (a consistent snapshot) and written in array-bound chunks inside one PostgreSQL transaction,
-//! so that a failed copy leaves the target as it was. Named leases are not copied: they are
-//! transient, and the next engine takes them afresh.
+//! read transaction (a consistent snapshot) and written in array-bound chunks inside one
+//! PostgreSQL transaction, so that a failed copy leaves the target as it was. Named leases are
+//! not copied: they are transient, and the next engine takes them afresh.
 
 use std::path::Path;
 
@@ -87,9 +87,10 @@ macro_rules! copy_table {
 impl PgStore {
     /// Copies the SQLite store in the file `sqlite_file` (its schema must be at
     /// `SQLITE_SCHEMA`, as the SQLite store's `open` leaves it) into this database, which must
-    /// hold no job, no tranche and no tenant. All or nothing: one transaction. Rows keep their ids, request ids
-    /// continue after the largest copied, and jobs keep their counters as they are (the
-    /// counters' trigger follows updates only, so the copy's inserts do not count again).
+    /// hold no job, no tranche and no tenant. All or nothing: one transaction. Rows keep their
+    /// ids, request ids continue after the largest copied, and jobs keep their counters as they
+    /// are (the counters' trigger follows updates only, so the copy's inserts do not count
+    /// again).
     pub async fn import_sqlite(&self, sqlite_file: &Path) -> Result<ImportReport, ImportError> {
         let options = SqliteConnectOptions::new()
             .filename(sqlite_file)

@@ -7,7 +7,9 @@ use std::time::Duration;
 use secrecy::SecretString;
 use tranche_core::{JobId, JobSettings, ProviderKind};
 use tranche_engine::{Engine, EngineConfig, Providers};
-use tranche_providers::{OpenAiConfig, OpenAiProvider, Provider, http_client};
+use tranche_providers::{
+    AnthropicConfig, AnthropicProvider, OpenAiConfig, OpenAiProvider, Provider, http_client,
+};
 use tranche_sim::{SimConfig, SimHandle, Simulator};
 use tranche_store::Store;
 use tranche_store_sqlite::SqliteStore;
@@ -57,6 +59,15 @@ impl Harness {
         let mut config = OpenAiConfig::new(SecretString::from("sk-test"));
         config.base_url = base_url;
         OpenAiProvider::new(config, http_client().unwrap()).unwrap()
+    }
+
+    /// A fresh engine over the same store whose Anthropic adapter reaches the simulator, its
+    /// configuration adjusted by `tune`.
+    pub async fn anthropic_engine_with(&self, tune: impl FnOnce(&mut EngineConfig)) -> Engine {
+        let mut config = AnthropicConfig::new(SecretString::from("sk-ant-test"));
+        config.base_url = self.sim.anthropic_base_url();
+        let adapter = AnthropicProvider::new(config, http_client().unwrap()).unwrap();
+        self.engine_over(Arc::new(adapter), tune).await
     }
 
     /// A fresh engine over the same store reaching its provider through `provider`.
