@@ -14,7 +14,7 @@ use crate::PgStore;
 
 /// The SQLite schema this copier reads: the last of the SQLite store's migrations, whose
 /// tables PostgreSQL's schema mirrors (indexes differ).
-const SQLITE_SCHEMA: i64 = 22;
+const SQLITE_SCHEMA: i64 = 23;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;
@@ -196,13 +196,16 @@ impl PgStore {
                 tenant: Option<String>]
         );
         copy_table!(src, tx, report, "requests", page = PAGE,
-            select = "SELECT id AS k, id, job_id, line, custom_id, wire_id, provider, endpoint,
-                             model, wire_bytes, input_hash, state, tranche_id, attempts,
-                             max_attempts, batch_returns, cached, est_tokens, accepted_at,
-                             not_before, error, input_tokens, output_tokens, finished_at,
-                             body_offset, body_length, output_object, output_offset,
-                             output_length, answer_check, max_cost
-                      FROM requests WHERE id > ? ORDER BY id LIMIT ?",
+            // SQLite names a request's tranche by its number; PostgreSQL by its id.
+            select = "SELECT r.id AS k, r.id, r.job_id, r.line, r.custom_id, r.wire_id,
+                             r.provider, r.endpoint, r.model, r.wire_bytes, r.input_hash,
+                             r.state, t.id AS tranche_id, r.attempts, r.max_attempts,
+                             r.batch_returns, r.cached, r.est_tokens, r.accepted_at,
+                             r.not_before, r.error, r.input_tokens, r.output_tokens,
+                             r.finished_at, r.body_offset, r.body_length, r.output_object,
+                             r.output_offset, r.output_length, r.answer_check, r.max_cost
+                      FROM requests AS r LEFT JOIN tranches AS t ON t.seq = r.tranche_seq
+                      WHERE r.id > ? ORDER BY r.id LIMIT ?",
             insert = "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider,
                              endpoint, model, wire_bytes, input_hash, state, tranche_id,
                              attempts, max_attempts, batch_returns, cached, est_tokens,
@@ -248,12 +251,14 @@ impl PgStore {
         );
         copy_table!(src, tx, report, "attempts", page = PAGE,
             // Stored without a rowid: paged by its key.
-            select = "SELECT request_id AS kr, tranche_id AS kt, request_id, attempt, tranche_id,
-                             outcome, status_code, error, created_at, model, input_tokens,
-                             cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
-                             output_tokens, reasoning_tokens
-                      FROM attempts WHERE (request_id, tranche_id) > (?, ?)
-                      ORDER BY request_id, tranche_id LIMIT ?",
+            select = "SELECT a.request_id AS kr, a.tranche_seq AS kt, a.request_id, a.attempt,
+                             t.id AS tranche_id, a.outcome, a.status_code, a.error,
+                             a.created_at, a.model, a.input_tokens, a.cached_input_tokens,
+                             a.cache_write_5m_tokens, a.cache_write_1h_tokens,
+                             a.output_tokens, a.reasoning_tokens
+                      FROM attempts AS a JOIN tranches AS t ON t.seq = a.tranche_seq
+                      WHERE (a.request_id, a.tranche_seq) > (?, ?)
+                      ORDER BY a.request_id, a.tranche_seq LIMIT ?",
             insert = "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code,
                              error, created_at, model, input_tokens, cached_input_tokens,
                              cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
@@ -262,7 +267,7 @@ impl PgStore {
                              $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[],
                              $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
                              $14::bigint[])",
-            keys = [kr: i64 = i64::MIN, kt: String = String::new()],
+            keys = [kr: i64 = i64::MIN, kt: i64 = i64::MIN],
             columns = [request_id: i64, attempt: i64, tranche_id: String, outcome: String,
                 status_code: Option<i64>, error: Option<String>, created_at: i64,
                 model: Option<String>, input_tokens: Option<i64>,

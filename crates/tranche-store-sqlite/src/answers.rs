@@ -137,7 +137,7 @@ impl AnswerStore for SqliteStore {
                 "UPDATE requests SET state = ?1, error = ?2,
                         finished_at = CASE WHEN ?1 = 'pending' THEN NULL ELSE ?3 END,
                         not_before = ?4,
-                        tranche_id = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_id END,
+                        tranche_seq = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_seq END,
                         output_object = ?5, output_offset = ?6, output_length = ?7
                  WHERE id = ?8 AND job_id = ?9 AND state IN ('succeeded', 'failed')",
             )

@@ -105,15 +105,18 @@ impl IngestStore for SqliteStore {
         .await?;
         sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *tx).await?;
         sqlx::query("DELETE FROM temp.ingest_lines").execute(&mut *tx).await?;
-        let provider: Option<String> =
-            sqlx::query_scalar("SELECT provider FROM tranches WHERE id = ?")
+        // A tranche that is not there has no requests to record (and its move fails).
+        let (provider, seq): (String, i64) =
+            sqlx::query_as("SELECT provider, seq FROM tranches WHERE id = ?")
                 .bind(tranche.to_string())
                 .fetch_optional(&mut *tx)
-                .await?;
+                .await?
+                .unwrap_or_default();
         Ok(Box::new(SqliteIngestWriter {
             tx,
-            provider: provider.unwrap_or_default(),
+            provider,
             tranche: tranche.to_string(),
+            seq,
             held,
             staged: false,
             finished_at: 0,
@@ -126,6 +129,8 @@ impl IngestStore for SqliteStore {
 pub(crate) struct SqliteIngestWriter {
     tx: Transaction<'static, Sqlite>,
     tranche: String,
+    /// The tranche's number, by which its requests and attempts name it.
+    seq: i64,
     /// The tranche's provider, under which its usage is counted.
     provider: String,
     held: Held,
@@ -194,9 +199,9 @@ impl SqliteIngestWriter {
                     l.output_tokens, l.reasoning_tokens, l.output_object, l.output_offset,
                     l.output_length
              FROM temp.ingest_lines AS l CROSS JOIN requests AS r
-             WHERE r.tranche_id = ? AND r.wire_id = l.wire_id AND r.state = 'queued'",
+             WHERE r.tranche_seq = ? AND r.wire_id = l.wire_id AND r.state = 'queued'",
         )
-        .bind(self.tranche.as_str())
+        .bind(self.seq)
         .execute(&mut *self.tx)
         .await?
         .rows_affected();
@@ -206,10 +211,10 @@ impl SqliteIngestWriter {
                 "INSERT OR IGNORE INTO request_outputs (request_id, output)
                  SELECT r.id, l.output_text
                  FROM temp.ingest_lines AS l CROSS JOIN requests AS r
-                 WHERE r.tranche_id = ? AND r.wire_id = l.wire_id AND r.state = 'queued'
+                 WHERE r.tranche_seq = ? AND r.wire_id = l.wire_id AND r.state = 'queued'
                    AND l.output_text IS NOT NULL",
             )
-            .bind(self.tranche.as_str())
+            .bind(self.seq)
             .execute(&mut *self.tx)
             .await?;
         }
@@ -245,7 +250,7 @@ impl SqliteIngestWriter {
         .await?;
         crate::pause_counters(&mut self.tx, false).await?;
         sqlx::query(
-            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, created_at,
+            "INSERT INTO attempts (request_id, attempt, tranche_seq, outcome, status_code, created_at,
                                    model, input_tokens, cached_input_tokens, cache_write_5m_tokens,
                                    cache_write_1h_tokens, output_tokens, reasoning_tokens)
              SELECT request_id, attempt, ?, 'succeeded', status_code, ?, model, input_tokens,
@@ -253,9 +258,9 @@ impl SqliteIngestWriter {
                     output_tokens, reasoning_tokens
              FROM temp.ingest_staged
              WHERE true
-             ON CONFLICT (request_id, tranche_id) DO NOTHING",
+             ON CONFLICT (request_id, tranche_seq) DO NOTHING",
         )
-        .bind(&self.tranche)
+        .bind(self.seq)
         .bind(at)
         .execute(&mut *self.tx)
         .await?;
@@ -280,16 +285,16 @@ impl SqliteIngestWriter {
         let attempt: i64 = row.try_get(1)?;
         let billed = update.billed;
         let insert = sqlx::query(
-            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, status_code, error,
+            "INSERT INTO attempts (request_id, attempt, tranche_seq, outcome, status_code, error,
                                    created_at, model, input_tokens, cached_input_tokens,
                                    cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
                                    reasoning_tokens)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (request_id, tranche_id) DO NOTHING",
+             ON CONFLICT (request_id, tranche_seq) DO NOTHING",
         )
         .bind(request_id)
         .bind(attempt)
-        .bind(&self.tranche)
+        .bind(self.seq)
         .bind(update.outcome.as_str())
         .bind(update.status_code.map(i64::from))
         .bind(update.error)
@@ -324,9 +329,9 @@ impl IngestWriter for SqliteIngestWriter {
         self.apply_staged().await?;
         let row = sqlx::query(
             "SELECT attempts, max_attempts, batch_returns, job_id FROM requests
-             WHERE tranche_id = ? AND wire_id = ? AND state = 'queued'",
+             WHERE tranche_seq = ? AND wire_id = ? AND state = 'queued'",
         )
-        .bind(&self.tranche)
+        .bind(self.seq)
         .bind(wire_id)
         .fetch_optional(&mut *self.tx)
         .await?;
@@ -337,9 +342,9 @@ impl IngestWriter for SqliteIngestWriter {
         self.apply_staged().await?;
         let rows = sqlx::query(
             "SELECT attempts, max_attempts, batch_returns, wire_id, job_id FROM requests
-             WHERE tranche_id = ? AND state = 'queued' ORDER BY id",
+             WHERE tranche_seq = ? AND state = 'queued' ORDER BY id",
         )
-        .bind(&self.tranche)
+        .bind(self.seq)
         .fetch_all(&mut *self.tx)
         .await?;
         rows.iter().map(|row| Ok((row.try_get(3)?, attempt_info(row)?))).collect()
@@ -359,9 +364,9 @@ impl IngestWriter for SqliteIngestWriter {
             "UPDATE requests SET state = ?1, error = ?2, input_tokens = ?3,
                     output_tokens = ?4, finished_at = ?5,
                     attempts = attempts + ?6, batch_returns = batch_returns + (1 - ?6),
-                    tranche_id = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_id END,
+                    tranche_seq = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_seq END,
                     not_before = ?7, output_object = ?8, output_offset = ?9, output_length = ?10
-             WHERE tranche_id = ?11 AND wire_id = ?12 AND state = 'queued'
+             WHERE tranche_seq = ?11 AND wire_id = ?12 AND state = 'queued'
              RETURNING id, attempts, job_id",
         )
         .bind(update.state.as_str())
@@ -374,7 +379,7 @@ impl IngestWriter for SqliteIngestWriter {
         .bind(range.map(|r| r.0))
         .bind(range.map(|r| r.1))
         .bind(range.map(|r| r.2))
-        .bind(&self.tranche)
+        .bind(self.seq)
         .bind(wire_id)
         .fetch_optional(&mut *self.tx)
         .await?;

@@ -244,7 +244,7 @@ impl JobStore for SqliteStore {
             return Ok(0);
         }
         let done = sqlx::query(
-            "UPDATE requests SET state = 'cancelled', finished_at = ?, tranche_id = NULL
+            "UPDATE requests SET state = 'cancelled', finished_at = ?, tranche_seq = NULL
              WHERE job_id = ? AND state = 'pending'",
         )
         .bind(at)
@@ -258,11 +258,11 @@ impl JobStore for SqliteStore {
     async fn job_live_tranches(&self, id: JobId) -> StoreResult<Vec<(TrancheRecord, bool)>> {
         let rows = sqlx::query(
             "SELECT t.*, NOT EXISTS (SELECT 1 FROM requests o
-                                     WHERE o.tranche_id = t.id AND o.job_id <> ?1) AS exclusive
+                                     WHERE o.tranche_seq = t.seq AND o.job_id <> ?1) AS exclusive
              FROM tranches t
              WHERE t.state NOT IN ('done', 'failed')
-               AND t.id IN (SELECT DISTINCT tranche_id FROM requests
-                            WHERE job_id = ?1 AND state = 'queued' AND tranche_id IS NOT NULL)
+               AND t.seq IN (SELECT DISTINCT tranche_seq FROM requests
+                             WHERE job_id = ?1 AND state = 'queued' AND tranche_seq IS NOT NULL)
              ORDER BY t.created_at, t.id",
         )
         .bind(id.to_string())
@@ -277,7 +277,7 @@ impl JobStore for SqliteStore {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE requests SET state = 'cancelled', finished_at = ?
-             WHERE job_id = ? AND tranche_id = ? AND state = 'queued'",
+             WHERE job_id = ? AND tranche_seq = (SELECT seq FROM tranches WHERE id = ?) AND state = 'queued'",
         )
         .bind(at)
         .bind(job.to_string())

@@ -122,6 +122,11 @@ fn migrator() -> Migrator {
             "attempts without rowid",
             include_str!("../migrations/sqlite/0022_attempts_without_rowid.sql"),
         ),
+        migration(
+            23,
+            "tranche numbers",
+            include_str!("../migrations/sqlite/0023_tranche_numbers.sql"),
+        ),
     ])
 }
 
@@ -320,5 +325,87 @@ mod tests {
         assert_eq!(got.0, r#"{"x":1};{"x":2}"#);
         assert_eq!(got.1, r#"1={"ok":1}"#);
         assert_eq!(got.2, "job_1>tr_1");
+    }
+
+    /// A database at migration 22 keeps every request's and attempt's tranche, bodies, outputs
+    /// and counters through the move to tranche numbers, with every foreign key whole.
+    #[tokio::test]
+    async fn tranche_numbers_keep_every_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("old.db"))
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+        let mut before = migrator();
+        before.migrations.to_mut().truncate(22);
+        before.run(&pool).await.unwrap();
+        for sql in [
+            "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at,
+                               n_pending, n_queued, n_succeeded)
+             VALUES ('job_1', 'openai', 'running', '{}', 3, 1, 1, 1, 1, 1)",
+            "INSERT INTO tranches (id, provider, endpoint, model, state, request_count, bytes,
+                                   created_at, updated_at)
+             VALUES ('tr_a', 'openai', '/v1/chat/completions', 'm', 'done', 1, 10, 1, 1),
+                    ('tr_b', 'openai', '/v1/chat/completions', 'm', 'submitted', 1, 10, 2, 2)",
+            "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
+                                   wire_bytes, input_hash, state, tranche_id, attempts,
+                                   max_attempts, est_tokens, accepted_at, output_object,
+                                   output_offset, output_length)
+             VALUES (1, 'job_1', 1, 'a', 'a', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                     'succeeded', 'tr_a', 1, 3, 1, 1, 'raw/x', 0, 5),
+                    (2, 'job_1', 2, 'b', 'b', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                     'queued', 'tr_b', 1, 3, 1, 1, NULL, NULL, NULL),
+                    (3, 'job_1', 3, 'c', 'c', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                     'pending', NULL, 0, 3, 1, 1, NULL, NULL, NULL)",
+            "INSERT INTO attempts (request_id, attempt, tranche_id, outcome, created_at)
+             VALUES (1, 1, 'tr_a', 'succeeded', 5), (2, 1, 'tr_a', 'expired', 5)",
+            "INSERT INTO request_bodies (request_id, body) VALUES (3, '{\"x\":3}')",
+            "INSERT INTO request_outputs (request_id, output) VALUES (1, '{\"ok\":1}')",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        migrator().run(&pool).await.unwrap();
+        let links: Vec<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT r.id, t.id FROM requests AS r LEFT JOIN tranches AS t ON t.seq = r.tranche_seq
+             ORDER BY r.id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(links, [(1, Some("tr_a".into())), (2, Some("tr_b".into())), (3, None)]);
+        let attempts: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT a.request_id, t.id, a.outcome
+             FROM attempts AS a JOIN tranches AS t ON t.seq = a.tranche_seq ORDER BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            attempts,
+            [(1, "tr_a".into(), "succeeded".into()), (2, "tr_a".into(), "expired".into())]
+        );
+        let kept: (String, String) = sqlx::query_as(
+            "SELECT (SELECT body FROM request_bodies WHERE request_id = 3),
+                    (SELECT output FROM request_outputs WHERE request_id = 1)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(kept, (r#"{"x":3}"#.into(), r#"{"ok":1}"#.into()));
+        let broken: Vec<sqlx::sqlite::SqliteRow> =
+            sqlx::query("PRAGMA foreign_key_check").fetch_all(&pool).await.unwrap();
+        assert!(broken.is_empty(), "{} rows point nowhere", broken.len());
+        // The counter trigger came back with the table, and a new request can name a tranche.
+        sqlx::query("UPDATE requests SET state = 'queued', tranche_seq = 2 WHERE id = 3")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let counts: (i64, i64) =
+            sqlx::query_as("SELECT n_pending, n_queued FROM jobs").fetch_one(&pool).await.unwrap();
+        assert_eq!(counts, (0, 2));
+        let stray =
+            sqlx::query("UPDATE requests SET tranche_seq = 99 WHERE id = 3").execute(&pool).await;
+        assert!(stray.is_err(), "a request names a tranche that is not there");
     }
 }

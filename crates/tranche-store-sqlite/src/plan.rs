@@ -167,8 +167,8 @@ impl PlanStore for SqliteStore {
              FROM json_each(?) AS j
              JOIN requests AS t ON t.id = json_extract(j.value, '$[0]') AND t.state = 'pending'
              JOIN requests AS p ON p.id = json_extract(j.value, '$[1]')
-             JOIN attempts AS a ON a.request_id = p.id AND a.tranche_id = p.tranche_id
-             JOIN tranches AS tr ON tr.id = a.tranche_id
+             JOIN attempts AS a ON a.request_id = p.id AND a.tranche_seq = p.tranche_seq
+             JOIN tranches AS tr ON tr.seq = a.tranche_seq
              WHERE a.model IS NOT NULL
                AND (t.output_object IS NOT NULL
                     OR EXISTS (SELECT 1 FROM request_outputs AS o WHERE o.request_id = t.id))
@@ -231,7 +231,7 @@ impl PlanStore for SqliteStore {
             // through `requests_by_tranche`, not all of the job's requests.
             "SELECT COALESCE(SUM(r.max_cost), 0)
              FROM job_tranches AS j JOIN tranches AS t ON t.id = j.tranche_id
-                  CROSS JOIN requests AS r ON r.tranche_id = j.tranche_id
+                  CROSS JOIN requests AS r ON r.tranche_seq = t.seq
              WHERE j.job_id = ?1 AND t.state NOT IN ('done', 'failed')
                AND r.job_id = ?1 AND r.state = 'queued'",
         )
@@ -247,7 +247,7 @@ impl PlanStore for SqliteStore {
             return Ok(0);
         }
         let done = sqlx::query(
-            "UPDATE requests SET state = 'cancelled', error = ?, finished_at = ?, tranche_id = NULL
+            "UPDATE requests SET state = 'cancelled', error = ?, finished_at = ?, tranche_seq = NULL
              WHERE job_id = ? AND state = 'pending'
                AND NOT EXISTS (
                    SELECT 1 FROM requests AS t
@@ -280,11 +280,15 @@ impl PlanStore for SqliteStore {
             return Ok(None);
         }
         let id = tranche.id.to_string();
-        sqlx::query(
-            "INSERT INTO tranches (id, provider, account, endpoint, model, answer_check, tenant,
-                                   state, request_count, bytes, est_tokens, created_at,
+        // The tranche's number, by which its requests and attempts name it: one past the
+        // highest, taken under the write lock.
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO tranches (id, seq, provider, account, endpoint, model, answer_check,
+                                   tenant, state, request_count, bytes, est_tokens, created_at,
                                    updated_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, 'planned', 0, ?, ?, ?, ?)",
+             VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM tranches), ?, ?, ?, ?, ?, ?,
+                     'planned', 0, ?, ?, ?, ?)
+             RETURNING seq",
         )
         .bind(&id)
         .bind(tranche.provider.as_str())
@@ -297,16 +301,16 @@ impl PlanStore for SqliteStore {
         .bind(to_i64(tranche.est_tokens))
         .bind(tranche.created_at)
         .bind(tranche.created_at)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
         let ids = crate::json_list("request ids", request_ids)?;
         // The claimed requests' jobs are counted once each below, not once per request.
         crate::pause_counters(&mut tx, true).await?;
         let claimed = sqlx::query(
-            "UPDATE requests SET state = 'queued', tranche_id = ?
+            "UPDATE requests SET state = 'queued', tranche_seq = ?
              WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",
         )
-        .bind(&id)
+        .bind(seq)
         .bind(ids)
         .execute(&mut *tx)
         .await?
@@ -317,11 +321,11 @@ impl PlanStore for SqliteStore {
         }
         sqlx::query(
             "UPDATE jobs SET n_pending = n_pending - c.n, n_queued = n_queued + c.n
-             FROM (SELECT job_id, COUNT(*) AS n FROM requests WHERE tranche_id = ?
+             FROM (SELECT job_id, COUNT(*) AS n FROM requests WHERE tranche_seq = ?
                    GROUP BY job_id) AS c
              WHERE jobs.id = c.job_id",
         )
-        .bind(&id)
+        .bind(seq)
         .execute(&mut *tx)
         .await?;
         crate::pause_counters(&mut tx, false).await?;
@@ -332,9 +336,10 @@ impl PlanStore for SqliteStore {
             .await?;
         sqlx::query(
             "INSERT OR IGNORE INTO job_tranches (job_id, tranche_id)
-             SELECT DISTINCT job_id, tranche_id FROM requests WHERE tranche_id = ?",
+             SELECT DISTINCT job_id, ? FROM requests WHERE tranche_seq = ?",
         )
         .bind(&id)
+        .bind(seq)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -146,10 +146,11 @@ async fn results_page(
                     error, output_object, output_offset, output_length, cached, attempts,
                     max_attempts, input_tokens, output_tokens, endpoint) ORDER BY id),
                 MAX(id), COUNT(*)
-         FROM (SELECT r.id, r.custom_id, r.wire_id, r.tranche_id, r.state, o.output, r.error,
-                      r.output_object, r.output_offset, r.output_length, r.cached, r.attempts,
-                      r.max_attempts, r.input_tokens, r.output_tokens, r.endpoint
+         FROM (SELECT r.id, r.custom_id, r.wire_id, t.id AS tranche_id, r.state, o.output,
+                      r.error, r.output_object, r.output_offset, r.output_length, r.cached,
+                      r.attempts, r.max_attempts, r.input_tokens, r.output_tokens, r.endpoint
                FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
+                    LEFT JOIN tranches AS t ON t.seq = r.tranche_seq
                WHERE r.id > ?2 AND r.id <= ?3 AND +r.job_id = ?1
                ORDER BY r.id LIMIT ?4)",
     )

@@ -58,15 +58,18 @@ impl TrancheStore for SqliteStore {
             // page at a time; one spread thin (requests sent again, many groups interleaved)
             // is found through `requests_by_tranche` and sorted, row by row.
             let mut tx = self.pool.begin().await?;
-            let (first, last, count): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
-                "SELECT MIN(id), MAX(id), COUNT(*) FROM requests WHERE tranche_id = ?",
-            )
-            .bind(&tranche)
-            .fetch_one(&mut *tx)
-            .await?;
-            let lines = match (first, last) {
-                (Some(first), Some(last)) if last - first < DENSE_SPAN * count => {
-                    dense_input(tx, tranche, first - 1, last)
+            let (seq, first, last, count): (Option<i64>, Option<i64>, Option<i64>, i64) =
+                sqlx::query_as(
+                    "SELECT t.seq, MIN(r.id), MAX(r.id), COUNT(r.id)
+                     FROM tranches AS t LEFT JOIN requests AS r ON r.tranche_seq = t.seq
+                     WHERE t.id = ?",
+                )
+                .bind(&tranche)
+                .fetch_one(&mut *tx)
+                .await?;
+            let lines = match (seq, first, last) {
+                (Some(seq), Some(first), Some(last)) if last - first < DENSE_SPAN * count => {
+                    dense_input(tx, seq, first - 1, last)
                 }
                 _ => {
                     tx.commit().await?;
@@ -76,7 +79,9 @@ impl TrancheStore for SqliteStore {
                          FROM requests AS r
                          JOIN jobs AS j ON j.id = r.job_id
                          LEFT JOIN request_bodies AS b ON b.request_id = r.id
-                         WHERE r.tranche_id = ? AND r.state = 'queued' ORDER BY r.id",
+                         WHERE r.tranche_seq = (SELECT seq FROM tranches WHERE id = ?)
+                           AND r.state = 'queued'
+                         ORDER BY r.id",
                     )
                     .bind(tranche)
                     .fetch(&self.pool)
@@ -166,7 +171,10 @@ impl TrancheStore for SqliteStore {
     }
 
     async fn tranche_has_wire_id(&self, tranche: TrancheId, wire_id: &str) -> StoreResult<bool> {
-        let row = sqlx::query("SELECT 1 FROM requests WHERE tranche_id = ? AND wire_id = ? AND state = 'queued' LIMIT 1")
+        let row = sqlx::query(
+            "SELECT 1 FROM requests
+             WHERE tranche_seq = (SELECT seq FROM tranches WHERE id = ?) AND wire_id = ? AND state = 'queued' LIMIT 1",
+        )
             .bind(tranche.to_string())
             .bind(wire_id)
             .fetch_optional(&self.pool)
@@ -196,15 +204,13 @@ impl TrancheStore for SqliteStore {
 /// page at a time, every page read from the snapshot of `tx`.
 fn dense_input(
     tx: Transaction<'static, Sqlite>,
-    tranche: String,
+    tranche: i64,
     after: i64,
     last: i64,
 ) -> BoxStream<'static, StoreResult<InputLine>> {
-    let read = move |mut tx: Transaction<'static, Sqlite>, after| {
-        let tranche = tranche.clone();
-        async move {
-            let row = sqlx::query(
-                "SELECT json_group_array(json_array(wire_id, endpoint, body, body_object,
+    let read = move |mut tx: Transaction<'static, Sqlite>, after| async move {
+        let row = sqlx::query(
+            "SELECT json_group_array(json_array(wire_id, endpoint, body, body_object,
                             body_offset, body_length, job_id) ORDER BY id),
                         MAX(id), COUNT(*)
                  FROM (SELECT r.id, r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
@@ -212,17 +218,16 @@ fn dense_input(
                        FROM requests AS r
                        JOIN jobs AS j ON j.id = r.job_id
                        LEFT JOIN request_bodies AS b ON b.request_id = r.id
-                       WHERE r.id > ? AND r.id <= ? AND +r.tranche_id = ? AND r.state = 'queued'
+                       WHERE r.id > ? AND r.id <= ? AND +r.tranche_seq = ? AND r.state = 'queued'
                        ORDER BY r.id LIMIT ?)",
-            )
-            .bind(after)
-            .bind(last)
-            .bind(&tranche)
-            .bind(PAGE_ROWS)
-            .fetch_one(&mut *tx)
-            .await?;
-            Ok((tx, Page::from_row(&row)?))
-        }
+        )
+        .bind(after)
+        .bind(last)
+        .bind(tranche)
+        .bind(PAGE_ROWS)
+        .fetch_one(&mut *tx)
+        .await?;
+        Ok((tx, Page::from_row(&row)?))
     };
     read_pages(tx, after, read, input_line_from_row)
 }
