@@ -282,19 +282,25 @@ mod tests {
 
     use super::*;
 
-    /// A database made by the first schema, with a finished request and a waiting one, keeps
-    /// their bodies, output and tranche links through the second migration.
-    #[tokio::test]
-    async fn the_lean_requests_migration_keeps_bodies_outputs_and_links() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A database in `dir` with the first `migrations` applied, foreign keys on.
+    async fn migrated_to(dir: &tempfile::TempDir, migrations: usize) -> SqlitePool {
         let options = SqliteConnectOptions::new()
             .filename(dir.path().join("old.db"))
             .create_if_missing(true)
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
-        let mut first = migrator();
-        first.migrations.to_mut().truncate(1);
-        first.run(&pool).await.unwrap();
+        let mut older = migrator();
+        older.migrations.to_mut().truncate(migrations);
+        older.run(&pool).await.unwrap();
+        pool
+    }
+
+    /// A database made by the first schema, with a finished request and a waiting one, keeps
+    /// their bodies, output and tranche links through the second migration.
+    #[tokio::test]
+    async fn the_lean_requests_migration_keeps_bodies_outputs_and_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = migrated_to(&dir, 1).await;
         for sql in [
             "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at)
              VALUES ('job_1', 'openai', 'running', '{}', 2, 1, 1)",
@@ -332,14 +338,7 @@ mod tests {
     #[tokio::test]
     async fn tranche_numbers_keep_every_link() {
         let dir = tempfile::tempdir().unwrap();
-        let options = SqliteConnectOptions::new()
-            .filename(dir.path().join("old.db"))
-            .create_if_missing(true)
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
-        let mut before = migrator();
-        before.migrations.to_mut().truncate(22);
-        before.run(&pool).await.unwrap();
+        let pool = migrated_to(&dir, 22).await;
         for sql in [
             "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at,
                                n_pending, n_queued, n_succeeded)
