@@ -277,7 +277,8 @@ impl JobStore for SqliteStore {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE requests SET state = 'cancelled', finished_at = ?
-             WHERE job_id = ? AND tranche_seq = (SELECT seq FROM tranches WHERE id = ?) AND state = 'queued'",
+             WHERE job_id = ? AND tranche_seq = (SELECT seq FROM tranches WHERE id = ?)
+               AND state = 'queued'",
         )
         .bind(at)
         .bind(job.to_string())
