@@ -75,13 +75,19 @@ impl BlobWriter {
         }
         self.hasher.update(bytes);
         self.size += bytes.len() as u64;
-        if self.gathered.len() + bytes.len() > GATHER_BYTES {
-            self.hand_over().await?;
+        // A large write is gathered in pieces: a chunk handed over stays in memory until
+        // every part cut from it is written, so chunks larger than a local part would hold
+        // several parts' worth each (an input file written a megabyte at a time kept about
+        // 3 MiB per writer, not one).
+        for piece in bytes.chunks(GATHER_BYTES) {
+            if self.gathered.len() + piece.len() > GATHER_BYTES {
+                self.hand_over().await?;
+            }
+            if self.gathered.capacity() == 0 {
+                self.gathered.reserve_exact(GATHER_BYTES);
+            }
+            self.gathered.extend_from_slice(piece);
         }
-        if self.gathered.capacity() == 0 {
-            self.gathered.reserve_exact(GATHER_BYTES.max(bytes.len()));
-        }
-        self.gathered.extend_from_slice(bytes);
         Ok(())
     }
 
