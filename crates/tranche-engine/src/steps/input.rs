@@ -221,7 +221,7 @@ impl Engine {
         }
         let key = BlobKey::new(run.object.clone())?;
         let bytes = self.config.blobs.get_range(&key, run.start..run.end).await?;
-        let lines = run.lines.len() as u64;
+        let mut lines = 0;
         for line in run.lines.drain(..) {
             let (offset, len) = (line.offset, line.len);
             let at = usize::try_from(offset - run.start).unwrap_or(usize::MAX);
@@ -235,6 +235,11 @@ impl Engine {
                     )))
                 })?;
             pass.line(&line.wire_id, line.endpoint, line.job, body);
+            lines += 1;
+            if pass.buffered() >= Pass::FLUSH_BYTES {
+                pass.flush(lines).await?;
+                lines = 0;
+            }
         }
         pass.flush(lines).await
     }
@@ -257,6 +262,18 @@ enum Pass<'a> {
 }
 
 impl Pass<'_> {
+    /// Lines written out once this many bytes of them wait: a run's lines are not all held
+    /// twice (in the run and here) before they go.
+    const FLUSH_BYTES: usize = 256 << 10;
+
+    /// How many bytes of lines wait to be written.
+    fn buffered(&self) -> usize {
+        match self {
+            Pass::Count(_) => 0,
+            Pass::Write { buf, .. } => buf.len(),
+        }
+    }
+
     /// Whether the pass reads the bodies of `job`'s lines (counting skips jobs that do not
     /// ask for marks, so their bodies are not even read).
     fn wants(&self, job: JobId) -> bool {
