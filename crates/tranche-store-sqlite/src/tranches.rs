@@ -71,7 +71,8 @@ impl TrancheStore for SqliteStore {
                 (Some(seq), Some(first), Some(last)) if last - first < DENSE_SPAN * count => {
                     dense_input(tx, seq, first - 1, last)
                 }
-                _ => {
+                (None, ..) => futures::stream::empty().boxed(),
+                (Some(seq), ..) => {
                     tx.commit().await?;
                     sqlx::query(
                         "SELECT r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
@@ -79,11 +80,9 @@ impl TrancheStore for SqliteStore {
                          FROM requests AS r
                          JOIN jobs AS j ON j.id = r.job_id
                          LEFT JOIN request_bodies AS b ON b.request_id = r.id
-                         WHERE r.tranche_seq = (SELECT seq FROM tranches WHERE id = ?)
-                           AND r.state = 'queued'
-                         ORDER BY r.id",
+                         WHERE r.tranche_seq = ? AND r.state = 'queued' ORDER BY r.id",
                     )
-                    .bind(tranche)
+                    .bind(seq)
                     .fetch(&self.pool)
                     .map_err(StoreError::from)
                     .and_then(|row| async move { input_line_from_row(&row) })
@@ -173,12 +172,13 @@ impl TrancheStore for SqliteStore {
     async fn tranche_has_wire_id(&self, tranche: TrancheId, wire_id: &str) -> StoreResult<bool> {
         let row = sqlx::query(
             "SELECT 1 FROM requests
-             WHERE tranche_seq = (SELECT seq FROM tranches WHERE id = ?) AND wire_id = ? AND state = 'queued' LIMIT 1",
+             WHERE tranche_seq = (SELECT seq FROM tranches WHERE id = ?) AND wire_id = ?
+               AND state = 'queued' LIMIT 1",
         )
-            .bind(tranche.to_string())
-            .bind(wire_id)
-            .fetch_optional(&self.pool)
-            .await?;
+        .bind(tranche.to_string())
+        .bind(wire_id)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.is_some())
     }
 
@@ -200,11 +200,11 @@ impl TrancheStore for SqliteStore {
     }
 }
 
-/// The input lines of a tranche whose ids form one run, from `after` (exclusive) to `last`, a
-/// page at a time, every page read from the snapshot of `tx`.
+/// The input lines of the tranche numbered `seq`, whose ids form one run, from `after`
+/// (exclusive) to `last`, a page at a time, every page read from the snapshot of `tx`.
 fn dense_input(
     tx: Transaction<'static, Sqlite>,
-    tranche: i64,
+    seq: i64,
     after: i64,
     last: i64,
 ) -> BoxStream<'static, StoreResult<InputLine>> {
@@ -223,7 +223,7 @@ fn dense_input(
         )
         .bind(after)
         .bind(last)
-        .bind(tranche)
+        .bind(seq)
         .bind(PAGE_ROWS)
         .fetch_one(&mut *tx)
         .await?;
