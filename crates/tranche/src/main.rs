@@ -7,6 +7,7 @@ mod context;
 mod demo_data;
 mod exit;
 mod render;
+mod shutdown;
 
 use std::process::ExitCode;
 
@@ -14,6 +15,7 @@ use clap::Parser;
 
 use crate::args::{Cli, Command};
 use crate::exit::Exit;
+use crate::shutdown::Shutdown;
 
 fn main() -> ExitCode {
     // Before anything else runs: this may start the process again.
@@ -35,7 +37,9 @@ fn main() -> ExitCode {
                 with_app(global, |app| commands::run::submit(app, global, args)).await
             }
             Command::Worker(args) => {
-                with_app(global, |app| commands::worker::run(app, global, args)).await
+                // Listened for before the store is opened, which may take a while.
+                let stop = Shutdown::listen();
+                with_app(global, |app| commands::worker::run(app, global, args, stop)).await
             }
             Command::Status(args) => with_app(global, |app| commands::status::run(app, args)).await,
             Command::Results(args) => {
@@ -67,9 +71,10 @@ fn main() -> ExitCode {
                 with_app(global, |app| commands::tenants::run(app, args)).await
             }
             Command::Serve(args) => {
-                with_app(global, |app| commands::serve::run(app, global, args)).await
+                let stop = Shutdown::listen();
+                with_app(global, |app| commands::serve::run(app, global, args, stop)).await
             }
-            Command::Sim(args) => commands::sim::run(args).await,
+            Command::Sim(args) => commands::sim::run(args, Shutdown::listen()).await,
             Command::Migrate(args) => commands::migrate::run(global, args).await,
         }
     });

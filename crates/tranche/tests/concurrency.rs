@@ -39,11 +39,14 @@ struct Workers<'a> {
     sim: &'a SimProcess,
     children: Vec<Child>,
     spawned: usize,
+    /// When the newest worker was started.
+    last_spawn: Instant,
 }
 
 impl Workers<'_> {
     fn spawn(&mut self) -> Child {
         self.spawned += 1;
+        self.last_spawn = Instant::now();
         let log = File::create(self.env.path(&format!("worker-{}.log", self.spawned))).unwrap();
         self.env
             .tranche()
@@ -109,7 +112,13 @@ fn workers_a_run_and_a_cancel_on_one_store_repeat_and_lose_nothing() {
             .spawn()
             .unwrap(),
     );
-    let mut workers = Workers { env: &env, sim: &sim, children: Vec::new(), spawned: 0 };
+    let mut workers = Workers {
+        env: &env,
+        sim: &sim,
+        children: Vec::new(),
+        spawned: 0,
+        last_spawn: Instant::now(),
+    };
     for _ in 0..3 {
         let child = workers.spawn();
         workers.children.push(child);
@@ -137,7 +146,10 @@ fn workers_a_run_and_a_cancel_on_one_store_repeat_and_lose_nothing() {
     let run_status: Value = serde_json::from_str(&stdout).unwrap();
     let run_job = run_status["job_id"].as_str().unwrap().to_owned();
 
-    // The surviving workers stop cleanly on SIGTERM; a last one finishes whatever is left.
+    // The surviving workers stop cleanly on SIGTERM; a last one finishes whatever is left. A
+    // worker listens for it from its start, once the process is running: the newest may have
+    // been spawned just now, so it is given a moment to start.
+    std::thread::sleep(Duration::from_millis(500).saturating_sub(workers.last_spawn.elapsed()));
     for mut child in std::mem::take(&mut workers.children) {
         let pid = child.id().to_string();
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());

@@ -9,12 +9,12 @@ use tranche_app::{App, Providers, Until};
 use tranche_server::{ApiState, Limits};
 
 use crate::args::{Global, ServeArgs};
-use crate::commands::worker::shutdown_signal;
 use crate::context;
 use crate::exit::CmdResult;
 use crate::render;
+use crate::shutdown::Shutdown;
 
-pub async fn run(app: App, global: &Global, args: ServeArgs) -> CmdResult {
+pub async fn run(app: App, global: &Global, args: ServeArgs, stop: Shutdown) -> CmdResult {
     let settings = context::engine_settings(global, &args.engine, &args.provider)?;
     let prices = settings.price_table(&global.data_dir)?;
     // Submissions and cancels only record; the worker (here or elsewhere) does the rest.
@@ -47,7 +47,7 @@ pub async fn run(app: App, global: &Global, args: ServeArgs) -> CmdResult {
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        stop.wait().await;
         tracing::info!("shutting down: finishing calls under way");
         on_signal.cancel();
     });

@@ -9,8 +9,9 @@ use tranche_sim::{SimConfig, Simulator};
 use crate::args::SimArgs;
 use crate::exit::{CmdResult, Exit};
 use crate::render;
+use crate::shutdown::Shutdown;
 
-pub async fn run(args: SimArgs) -> CmdResult {
+pub async fn run(args: SimArgs, stop: Shutdown) -> CmdResult {
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -40,7 +41,7 @@ pub async fn run(args: SimArgs) -> CmdResult {
     tokio::select! {
         result = server => result.context("the simulator stopped").map_err(Exit::from)?,
         // Returning drops the simulator, which removes its spool folder.
-        () = super::worker::shutdown_signal() => {}
+        () = stop.wait() => {}
     }
     Ok(ExitCode::SUCCESS)
 }

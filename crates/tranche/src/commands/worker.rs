@@ -8,8 +8,9 @@ use tranche_app::{App, Until};
 use crate::args::{Global, WorkerArgs};
 use crate::context;
 use crate::exit::CmdResult;
+use crate::shutdown::Shutdown;
 
-pub async fn run(app: App, global: &Global, args: WorkerArgs) -> CmdResult {
+pub async fn run(app: App, global: &Global, args: WorkerArgs, stop: Shutdown) -> CmdResult {
     let mut settings = context::engine_settings(global, &args.engine, &args.provider)?;
     settings.janitor_interval = args.janitor_interval.or(settings.janitor_interval);
     let engine = context::engine(&app, global, &args.provider, None, &args.engine)
@@ -18,34 +19,11 @@ pub async fn run(app: App, global: &Global, args: WorkerArgs) -> CmdResult {
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        stop.wait().await;
         tracing::info!("stopping after the current step");
         on_signal.cancel();
     });
     let until = if args.until_idle { Until::Idle } else { Until::Cancelled };
     engine.drive(until, &cancel, || {}).await?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// ctrl-c, or SIGTERM on Unix.
-pub(crate) async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
