@@ -213,6 +213,13 @@ impl SqliteStore {
         // After a checkpoint, a log larger than this is cut back, so that a big job's log does
         // not stay on disk (and make every later open read it) for the life of the database.
         .pragma("journal_size_limit", "67108864")
+        // Page caches of a fixed size, whatever the job's: 1 MiB of the database's pages and
+        // 512 KiB of temporary tables' a connection (SQLite's default is 2 MiB of each). The
+        // pages left out are a read from the OS's cache away. Peak RSS of `tranche run` at
+        // 1,000,000 requests: 40.5 MB against 46.8 with the defaults; at 100,000, 35.2 against
+        // 42.3; at 10,000, 34.8 against 35.9. CPU the same within the noise.
+        .pragma("cache_size", "-1024")
+        .pragma("temp.cache_size", "-512")
         // Rows cross from SQLite's worker thread to the caller through a channel of this many;
         // a deep one lets either side run on for a page of rows instead of waking the other
         // for every few (sqlx's default is 50).
@@ -220,7 +227,7 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             // An in-memory database lives in one connection. A file needs few: SQLite lets
             // one connection write at a time, so more connections add only readers, and each
-            // brings its own caches (2 MiB of pages, as much of temporary tables), statements
+            // brings its own caches (1 MiB of pages, 512 KiB of temporary tables), statements
             // and buffers.
             .max_connections(if in_memory { 1 } else { CONNECTIONS })
             .connect_with(options)
@@ -293,6 +300,24 @@ mod tests {
         older.migrations.to_mut().truncate(migrations);
         older.run(&pool).await.unwrap();
         pool
+    }
+
+    /// Every connection's page caches are of the fixed size that keeps memory flat as a job
+    /// grows, for the database and for temporary tables alike.
+    #[tokio::test]
+    async fn every_connection_caches_a_fixed_number_of_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
+        let mut held = Vec::new();
+        for _ in 0..CONNECTIONS {
+            let mut conn = store.pool.acquire().await.unwrap();
+            let main: i64 =
+                sqlx::query_scalar("PRAGMA cache_size").fetch_one(&mut *conn).await.unwrap();
+            let temp: i64 =
+                sqlx::query_scalar("PRAGMA temp.cache_size").fetch_one(&mut *conn).await.unwrap();
+            assert_eq!((main, temp), (-1024, -512), "KiB, as SQLite gives a negative size");
+            held.push(conn);
+        }
     }
 
     /// A database made by the first schema, with a finished request and a waiting one, keeps

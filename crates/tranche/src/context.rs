@@ -11,7 +11,9 @@ use crate::exit::Exit;
 /// Logs go to stderr; stdout is for results and JSON.
 pub fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // sqlx warns of a statement over a second, which on a shared store is most often one
+        // that waited for another engine's write: shown from `-v` on, not to every run.
+        0 => "warn,sqlx::query=error",
         1 => "info,sqlx=warn",
         _ => "debug,sqlx=warn,hyper=info,reqwest=info",
     };

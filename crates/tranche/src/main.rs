@@ -1,11 +1,11 @@
 //! The `tranche` binary: argument handling and printing around the library crates.
 
-mod arenas;
 mod args;
 mod commands;
 mod context;
 mod demo_data;
 mod exit;
+mod malloc;
 mod render;
 mod shutdown;
 
@@ -19,7 +19,7 @@ use crate::shutdown::Shutdown;
 
 fn main() -> ExitCode {
     // Before anything else runs: this may start the process again.
-    arenas::cap();
+    malloc::tune();
     let cli = Cli::parse();
     context::init_tracing(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
