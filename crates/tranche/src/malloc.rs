@@ -8,7 +8,7 @@
 //! - **A fixed mmap threshold of 1 MiB.** glibc raises the threshold to the size of each large
 //!   block it frees (up to 32 MiB), so that later large buffers (a tranche's lines, a file's
 //!   pieces) come from the heap and leave it fragmented: peak RSS at 1,000,000 requests was
-//!   40.5 MB against 38.2 with the threshold fixed (33.5 at 10,000 either way). At 128 KiB,
+//!   40.5 MB against 38.2 with the threshold fixed (34.8 and 33.5 at 10,000). At 128 KiB,
 //!   glibc's starting value, the same run spent 5 s more in the kernel mapping and unmapping.
 //!
 //! glibc reads tunables only at start (`GLIBC_TUNABLES`), and setting them from inside
