@@ -11,9 +11,10 @@ use crate::exit::Exit;
 /// Logs go to stderr; stdout is for results and JSON.
 pub fn init_tracing(verbose: u8) {
     let default = match verbose {
-        // sqlx warns of a statement over a second, which on a shared store is most often one
-        // that waited for another engine's write: shown from `-v` on, not to every run.
-        0 => "warn,sqlx::query=error",
+        // sqlx warns of a statement over a second, and of a connection waited for over two,
+        // which on a busy store are most often waits for another step's write: shown from `-v`
+        // on, not to every run.
+        0 => "warn,sqlx::query=error,sqlx::pool::acquire=error",
         1 => "info,sqlx=warn",
         _ => "debug,sqlx=warn,hyper=info,reqwest=info",
     };
