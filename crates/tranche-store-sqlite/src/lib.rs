@@ -308,6 +308,7 @@ mod tests {
     async fn every_connection_caches_a_fixed_number_of_pages() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
+        // Each connection is held while the next is asked for, so that every one is checked.
         let mut held = Vec::new();
         for _ in 0..CONNECTIONS {
             let mut conn = store.pool.acquire().await.unwrap();
