@@ -159,6 +159,9 @@ pub(crate) async fn has_pending(
 /// requests 58 MB against 74 MB, and no more CPU (less, within the noise, at 100,000).
 const CONNECTIONS: u32 = 2;
 
+/// The size in bytes of a new database's pages.
+const PAGE_SIZE: u32 = 16384;
+
 /// Rows per multi-row `INSERT` at submit: 16 bound values a row, far below SQLite's limit of
 /// 32,766 per statement, and large enough that a statement's fixed cost is paid rarely.
 const INSERT_ROWS: usize = 256;
@@ -202,6 +205,11 @@ impl SqliteStore {
         }
         .map_err(|source| StoreError::Open { location: location.to_owned(), source })?
         .create_if_missing(true)
+        // Pages of 16 KiB in a new database (one made before keeps its 4 KiB: a WAL database's
+        // page size is fixed). The bulk statements over a job's requests visit a quarter of the
+        // pages: 100,000 requests inserted in 20% less CPU, claimed and updated with their
+        // results in 20% less. The caches below are sized in bytes, so they hold as much.
+        .page_size(PAGE_SIZE)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .foreign_keys(true)
@@ -300,6 +308,27 @@ mod tests {
         older.migrations.to_mut().truncate(migrations);
         older.run(&pool).await.unwrap();
         pool
+    }
+
+    /// A new database has pages of [`PAGE_SIZE`]; one made with SQLite's default keeps its
+    /// pages of 4 KiB and opens as before.
+    #[tokio::test]
+    async fn new_databases_have_large_pages_and_older_ones_keep_theirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("new.db");
+        let store = SqliteStore::open(&fresh.to_string_lossy()).await.unwrap();
+        let size: i64 =
+            sqlx::query_scalar("PRAGMA page_size").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(size, i64::from(PAGE_SIZE));
+        let older = migrated_to(&dir, 1).await;
+        older.close().await;
+        let store = SqliteStore::open(&dir.path().join("old.db").to_string_lossy()).await.unwrap();
+        let size: i64 =
+            sqlx::query_scalar("PRAGMA page_size").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(size, 4096);
+        let jobs: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM jobs").fetch_one(&store.pool).await.unwrap();
+        assert_eq!(jobs, 0, "migrated and readable");
     }
 
     /// Every connection's page caches are of the fixed size that keeps memory flat as a job
