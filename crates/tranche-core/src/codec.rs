@@ -61,17 +61,35 @@ pub fn write_input_line_json(
     out.extend_from_slice(b"}\n");
 }
 
-/// The size in bytes of a request's input line, as [`write_input_line`] writes it.
+/// The size in bytes of a request's input line, as [`write_input_line_json`] writes it for a
+/// body of `body_len` bytes: counted, not written (the body is copied with its length kept).
 pub fn input_line_len(
     provider: ProviderKind,
     wire_id: &str,
     endpoint: Endpoint,
-    body: &RawValue,
-    scratch: &mut Vec<u8>,
+    body_len: u64,
 ) -> u64 {
-    scratch.clear();
-    write_input_line(provider, scratch, wire_id, endpoint, body);
-    scratch.len() as u64
+    let frame = match provider {
+        ProviderKind::Openai | ProviderKind::Azure => {
+            r#"{"custom_id":,"method":"POST","url":,"body":}"#.len() as u64
+                + json_string_len(endpoint.as_str())
+        }
+        ProviderKind::Anthropic => r#"{"custom_id":,"params":}"#.len() as u64,
+    };
+    frame + json_string_len(wire_id) + body_len + 1
+}
+
+/// The size in bytes of `s` as [`write_json_string`] writes it.
+fn json_string_len(s: &str) -> u64 {
+    let escaped: usize = s
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' => 2,
+            c if u32::from(c) < 0x20 => 6,
+            c => c.len_utf8(),
+        })
+        .sum();
+    escaped as u64 + 2
 }
 
 /// Writes `s` as a JSON string literal.
@@ -188,14 +206,18 @@ mod tests {
 
     #[test]
     fn line_length_is_the_written_length() {
-        let body = raw(r#"{"model":"m","messages":[]}"#);
-        let mut scratch = Vec::new();
+        let bodies =
+            [r#"{"model":"m","messages":[]}"#, "{\n \"a\": \"x\\ny\"\r\n}", r#"{"é":"ü"}"#];
+        let ids = ["id-1", "a\"b\\c\n\r\t\u{1}é:ü", "acme::k:t:v1"];
         for provider in ProviderKind::ALL {
-            let mut out = Vec::new();
-            write_input_line(provider, &mut out, "id-1", Endpoint::ChatCompletions, &body);
-            let len =
-                input_line_len(provider, "id-1", Endpoint::ChatCompletions, &body, &mut scratch);
-            assert_eq!(len, out.len() as u64);
+            for endpoint in Endpoint::ALL {
+                for (body, id) in bodies.iter().zip(ids) {
+                    let mut out = Vec::new();
+                    write_input_line(provider, &mut out, id, endpoint, &raw(body));
+                    let len = input_line_len(provider, id, endpoint, body.len() as u64);
+                    assert_eq!(len, out.len() as u64, "{provider} {endpoint:?} {id:?} {body:?}");
+                }
+            }
         }
     }
 }

@@ -2,7 +2,8 @@
 //! write objects and the prune that removes them agree.
 //!
 //! - `bodies/<job>.jsonl`: a job's canonical request bodies, one a line (written at submit).
-//! - `tranches/<tranche>/input.jsonl`: a tranche's input file, until its batch has ended.
+//! - `tranches/<tranche>/input.jsonl`: the input file of a tranche whose batch carries its requests
+//!   inline, until the batch has ended (a file upload is streamed as it is assembled).
 //! - `raw/<tranche>/output.jsonl`, `errors.jsonl`: a batch's result files as downloaded (kept;
 //!   answers are ranges of them).
 //! - `exports/<job>/results.jsonl`: a job's results, exported on request.

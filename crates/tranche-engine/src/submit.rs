@@ -1,7 +1,6 @@
 //! Accepting a job: parse and fingerprint every line, store all of it in one transaction,
 //! or store nothing.
 
-use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 use tranche_blob::BlobWriter;
 use tranche_core::cache_marks;
@@ -141,11 +140,9 @@ impl Engine {
         bodies: &mut BlobWriter,
     ) -> Result<(), SubmitError> {
         let mut body_offset = 0u64;
-        let mut body_line = Vec::new();
         let mut parser = InputParser::without_duplicate_check(options);
         let mut errors = ErrorCollector::default();
         let mut raw = Vec::new();
-        let mut line_buf = Vec::new();
         loop {
             raw.clear();
             let n = input.read_until(b'\n', &mut raw).await.map_err(SubmitError::Read)?;
@@ -178,21 +175,11 @@ impl Engine {
                 continue;
             }
             let wire = wire_id(provider_kind, &request.custom_id);
-            let body = serde_json::from_str::<&RawValue>(&request.body).map_err(|e| {
-                SubmitError::Rejected(Rejected {
-                    errors: vec![InputError {
-                        line: request.line,
-                        field: Some("body".to_owned()),
-                        reason: e.to_string(),
-                    }],
-                    total: 1,
-                })
-            })?;
             // Measured, not sent: encoding is pure, so submitting needs no credentials. With
             // the cache mark it may carry, so that a tranche cut at the byte limit still fits
             // once marked.
             let wire_bytes =
-                input_line_len(provider_kind, &wire, request.endpoint, body, &mut line_buf)
+                input_line_len(provider_kind, &wire, request.endpoint, request.body.len() as u64)
                     + if room_for_marks { cache_marks::mark_growth(&request.body) } else { 0 };
             if let Err(e) = fits(limits, wire_bytes, request.line) {
                 errors.push(e);
@@ -209,13 +196,11 @@ impl Engine {
             } else {
                 None
             };
-            body_line.clear();
-            body_line.extend_from_slice(request.body.as_bytes());
-            body_line.push(b'\n');
-            bodies.write(&body_line).await?;
+            bodies.write(request.body.as_bytes()).await?;
+            bodies.write(b"\n").await?;
             let body =
                 RequestBody::InObject { offset: body_offset, len: request.body.len() as u64 };
-            body_offset += body_line.len() as u64;
+            body_offset += request.body.len() as u64 + 1;
             let added = writer
                 .add(&NewRequest {
                     line: request.line,

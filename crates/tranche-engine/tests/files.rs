@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use secrecy::SecretString;
 use serde_json::json;
+use tranche_blob::{BlobKey, BlobStore};
 use tranche_core::{JobSettings, JobState, ManualClock, ProviderKind, TrancheId, TrancheState};
 use tranche_engine::{CleanupOptions, DaysToLimit, Engine, EngineConfig, FileClass, FileLimits};
 use tranche_providers::{
@@ -47,6 +48,72 @@ async fn an_input_file_the_provider_lost_is_uploaded_again() {
     }
     let stats = setup.sim.stats();
     assert_eq!((stats.batches_created, stats.requests_billed, stats.files_live), (2, 10, 0));
+}
+
+/// A file upload carries the tranche's input as it is assembled: nothing of it is written into
+/// the blob store, and the provider holds every line, byte for byte as planned.
+#[tokio::test]
+async fn an_input_file_goes_to_the_provider_as_it_is_assembled() {
+    use futures::TryStreamExt;
+
+    let setup = Harness::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &keyed_lines(10)).await;
+    engine.tick().await.unwrap();
+    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+    let written = blobs.list(&BlobKey::new("tranches").unwrap()).await.unwrap();
+    assert!(written.is_empty(), "no input file in the blob store: {written:?}");
+    let adapter = setup.openai_at(setup.sim.openai_base_url());
+    let tranches = engine.store().job_unfinished_tranches(job).await.unwrap();
+    let mut keys = BTreeSet::new();
+    for t in &tranches {
+        assert_eq!(t.state, TrancheState::Uploaded);
+        let file = FileId::new(t.input_file_id.clone().unwrap());
+        let chunks: Vec<_> =
+            adapter.download_file(&file).await.unwrap().stream.try_collect().await.unwrap();
+        let bytes = chunks.concat();
+        assert_eq!(bytes.len() as u64, t.bytes, "the size planned");
+        let text = String::from_utf8(bytes).unwrap();
+        assert_eq!(text.lines().count() as u64, t.request_count);
+        for line in text.lines() {
+            let line: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                (&line["method"], &line["url"]),
+                (&json!("POST"), &json!("/v1/chat/completions"))
+            );
+            let content = line["body"]["messages"][0]["content"].as_str().unwrap().to_owned();
+            keys.insert((line["custom_id"].as_str().unwrap().to_owned(), content));
+        }
+    }
+    let want: BTreeSet<_> =
+        (0..10).map(|i| (format!("k{i}:t:v1"), format!("k{i} question"))).collect();
+    assert_eq!(keys, want);
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+}
+
+/// An input that cannot be assembled (a body object cut short under it) fails its upload: the
+/// provider keeps no file, short or whole. Once the bodies are back, the tranche is uploaded
+/// again and every request succeeds.
+#[tokio::test]
+async fn an_input_that_cannot_be_assembled_leaves_no_file_at_the_provider() {
+    let setup = Harness::new().await;
+    let engine = setup.engine(None).await;
+    let job = submit(&engine, &keyed_lines(4)).await;
+    let blobs = BlobStore::local(&setup.dir.path().join("blobs"));
+    let key = BlobKey::new(format!("bodies/{job}.jsonl")).unwrap();
+    let bodies = blobs.get(&key).await.unwrap();
+    blobs.put(&key, bodies.slice(..bodies.len() / 2)).await.unwrap();
+    let _ = engine.tick().await;
+    let stats = setup.sim.stats();
+    assert_eq!((stats.files_uploaded, stats.files_live), (0, 0), "{stats:?}");
+    for t in engine.store().job_unfinished_tranches(job).await.unwrap() {
+        assert_ne!(t.state, TrancheState::Uploaded, "{t:?}");
+        assert_eq!(t.input_file_id, None);
+    }
+    blobs.put(&key, bodies).await.unwrap();
+    assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+    assert_eq!(engine.store().job_counts(job).await.unwrap().succeeded, 4);
+    assert_eq!(setup.sim.stats().files_live, 0);
 }
 
 #[tokio::test]

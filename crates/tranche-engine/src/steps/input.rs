@@ -1,11 +1,15 @@
-//! A tranche's input file: assembled into the blob store from the byte ranges of its requests'
-//! bodies, streamed to the provider from there, removed once the batch has ended. Bodies are
-//! copied, never parsed, but in an Anthropic tranche whose requests share a system prompt long
-//! enough to cache: those go out with a cache mark on it (`tranche_core::cache_marks`).
+//! A tranche's input file, assembled from the byte ranges of its requests' bodies: streamed
+//! straight into the upload of a file-based batch (measured first, from the store alone, so that
+//! the provider is told its exact length), or written into the blob store for a batch that
+//! carries its requests inline. Bodies are copied, never parsed, but in an Anthropic tranche
+//! whose requests share a system prompt long enough to cache: those go out with a cache mark
+//! on it (`tranche_core::cache_marks`).
 
 use std::collections::{HashMap, HashSet};
 
-use futures::{StreamExt, TryStreamExt};
+use bytes::Bytes;
+use futures::channel::mpsc;
+use futures::{SinkExt, StreamExt, TryStreamExt};
 use tracing::debug;
 use tranche_blob::{BlobKey, BlobRef, BlobWriter};
 use tranche_core::cache_marks::{self, PromptId, SharedPrompt};
@@ -28,21 +32,64 @@ impl Engine {
         provider: &dyn Provider,
         tranche: TrancheId,
     ) -> Result<InputObject, EngineError> {
-        let mut out = InputWriter {
-            blob: self.config.blobs.writer(&input_key(tranche)?),
-            lines: 0,
-            line_bytes: 0,
-        };
-        match self.assemble(provider.kind(), tranche, &mut out).await {
-            Ok(()) => {}
-            Err(e) => {
-                let _ = out.blob.abort().await;
-                return Err(e);
-            }
+        let mut blob = self.config.blobs.writer(&input_key(tranche)?);
+        let mut out = InputWriter::new(Sink::Blob(&mut blob));
+        let assembled = self.assemble(provider.kind(), tranche, &mut out).await;
+        let (lines, line_bytes) = (out.lines, out.line_bytes);
+        if let Err(e) = assembled {
+            let _ = blob.abort().await;
+            return Err(e);
         }
-        let blob = out.blob.finish().await?;
+        let blob = blob.finish().await?;
         self.store.record_blob(&self.record_of(&blob)).await?;
-        Ok(InputObject { blob, lines: out.lines, line_bytes: out.line_bytes })
+        Ok(InputObject { blob, lines, line_bytes })
+    }
+
+    /// The size in bytes of the input file of a tranche whose lines go out unmarked (an
+    /// OpenAI or Azure one), from the store alone: no body is read.
+    pub(crate) async fn input_len(
+        &self,
+        kind: ProviderKind,
+        tranche: TrancheId,
+    ) -> Result<u64, EngineError> {
+        let mut lines = self.store.tranche_input(tranche);
+        let mut len = 0;
+        while let Some(line) = lines.try_next().await? {
+            let body_len = match &line.body {
+                InputBody::Text(text) => text.len() as u64,
+                InputBody::InObject { len, .. } => *len,
+            };
+            len += codec::input_line_len(kind, &line.wire_id, line.endpoint, body_len);
+        }
+        Ok(len)
+    }
+
+    /// Assembles the input file of a tranche whose lines go out unmarked into `upload`, the
+    /// body of an upload in progress that was told it is `len` bytes. A failure here fails the
+    /// upload too (the body ends in an error, never short); an upload that ends first (the
+    /// provider refused it) stops the assembly, and its outcome is the step's.
+    pub(crate) async fn send_input(
+        &self,
+        kind: ProviderKind,
+        tranche: TrancheId,
+        upload: mpsc::Sender<std::io::Result<Bytes>>,
+        len: u64,
+    ) -> Result<(), EngineError> {
+        let mut upload = Upload { tx: upload, left: len, ended: false };
+        let mut out = InputWriter::new(Sink::Upload(&mut upload));
+        let mut pass = Pass::Write { kind, out: &mut out, marks: None, buf: Vec::new(), marked: 0 };
+        let walked = self.walk(tranche, &mut pass).await;
+        let failure = match walked {
+            Err(_) if upload.ended => return Ok(()),
+            Err(e) => e,
+            Ok(()) if upload.left == 0 => return Ok(()),
+            Ok(()) => EngineError::Corrupt(format!(
+                "the input file of {tranche} came to {} bytes, not the {len} measured",
+                len - upload.left
+            )),
+        };
+        let _ = upload.tx.send(Err(std::io::Error::other(failure.to_string()))).await;
+        Err(failure)
     }
 
     /// Writes the tranche's lines into `out`. An Anthropic tranche whose jobs ask for it is
@@ -52,7 +99,7 @@ impl Engine {
         &self,
         kind: ProviderKind,
         tranche: TrancheId,
-        out: &mut InputWriter,
+        out: &mut InputWriter<'_>,
     ) -> Result<(), EngineError> {
         let marks = match kind {
             ProviderKind::Anthropic => self.shared_prompts(tranche).await?,
@@ -93,7 +140,7 @@ impl Engine {
     /// Runs `pass` over the tranche's input lines in order, each with its body. Bodies
     /// resting in the blob store come in request order, one after another in their job's
     /// object: they are read in runs of one range each.
-    async fn walk(&self, tranche: TrancheId, pass: &mut Pass<'_>) -> Result<(), EngineError> {
+    async fn walk(&self, tranche: TrancheId, pass: &mut Pass<'_, '_>) -> Result<(), EngineError> {
         let mut lines = self.store.tranche_input(tranche);
         let mut run = BodyRun::default();
         while let Some(line) = lines.try_next().await? {
@@ -151,19 +198,56 @@ pub(crate) struct InputObject {
     pub(crate) line_bytes: u64,
 }
 
-/// The object an input file is written into, counting its lines.
-struct InputWriter {
-    blob: BlobWriter,
+/// Where an input file's bytes go as it is assembled.
+enum Sink<'s> {
+    /// Into an object of the blob store.
+    Blob(&'s mut BlobWriter),
+    /// Straight into the body of an upload in progress.
+    Upload(&'s mut Upload),
+}
+
+/// The body of an upload in progress, which was told that `left` more bytes come; `ended`
+/// once the upload stopped reading.
+struct Upload {
+    tx: mpsc::Sender<std::io::Result<Bytes>>,
+    left: u64,
+    ended: bool,
+}
+
+/// An input file being assembled, counting its lines.
+struct InputWriter<'s> {
+    sink: Sink<'s>,
     lines: u64,
     line_bytes: u64,
 }
 
-impl InputWriter {
+impl<'s> InputWriter<'s> {
+    fn new(sink: Sink<'s>) -> Self {
+        Self { sink, lines: 0, line_bytes: 0 }
+    }
+
     /// Appends `lines` whole lines, each ended by `\n`.
-    async fn write(&mut self, bytes: &[u8], lines: u64) -> Result<(), EngineError> {
+    async fn write(&mut self, bytes: Vec<u8>, lines: u64) -> Result<(), EngineError> {
         self.lines += lines;
         self.line_bytes += bytes.len() as u64 - lines;
-        Ok(self.blob.write(bytes).await?)
+        match &mut self.sink {
+            Sink::Blob(blob) => Ok(blob.write(&bytes).await?),
+            Sink::Upload(upload) => {
+                let len = bytes.len() as u64;
+                if len > upload.left {
+                    return Err(EngineError::Corrupt(format!(
+                        "an input file came to more bytes than measured ({len} more, {} left)",
+                        upload.left
+                    )));
+                }
+                upload.left -= len;
+                if upload.tx.send(Ok(Bytes::from(bytes))).await.is_err() {
+                    upload.ended = true;
+                    return Err(EngineError::Corrupt("the upload stopped reading".to_owned()));
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -215,7 +299,11 @@ impl BodyRun {
 
 impl Engine {
     /// Passes the lines of `run` to `pass`, reading their bodies in one range, and empties it.
-    async fn flush_run(&self, run: &mut BodyRun, pass: &mut Pass<'_>) -> Result<(), EngineError> {
+    async fn flush_run(
+        &self,
+        run: &mut BodyRun,
+        pass: &mut Pass<'_, '_>,
+    ) -> Result<(), EngineError> {
         if run.lines.is_empty() {
             return Ok(());
         }
@@ -246,13 +334,13 @@ impl Engine {
 }
 
 /// What a walk over a tranche's lines does with each.
-enum Pass<'a> {
+enum Pass<'a, 'w> {
     /// Counts the requests of each system prompt (of jobs that ask for marks).
     Count(&'a mut PromptCounts),
     /// Writes each line into the file, marking the shared prompts of `marks`.
     Write {
         kind: ProviderKind,
-        out: &'a mut InputWriter,
+        out: &'a mut InputWriter<'w>,
         marks: Option<&'a Marks>,
         /// The lines not yet written.
         buf: Vec<u8>,
@@ -261,7 +349,7 @@ enum Pass<'a> {
     },
 }
 
-impl Pass<'_> {
+impl Pass<'_, '_> {
     /// Lines written out once this many bytes of them wait: a run's lines are not all held
     /// twice (in the run and here) before they go.
     const FLUSH_BYTES: usize = 256 << 10;
@@ -297,9 +385,11 @@ impl Pass<'_> {
 
     /// Writes the `lines` whole lines passed since the last flush.
     async fn flush(&mut self, lines: u64) -> Result<(), EngineError> {
-        if let Pass::Write { out, buf, .. } = self {
-            out.write(buf, lines).await?;
-            buf.clear();
+        if let Pass::Write { out, buf, .. } = self
+            && !buf.is_empty()
+        {
+            let next = Vec::with_capacity(Self::FLUSH_BYTES + (64 << 10));
+            out.write(std::mem::replace(buf, next), lines).await?;
         }
         Ok(())
     }

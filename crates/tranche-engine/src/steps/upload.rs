@@ -1,9 +1,10 @@
-//! Writing a tranche's input file into the blob store and uploading it from there, with the
-//! intent recorded first.
+//! Uploading a tranche's input file as it is assembled, with the intent recorded first.
 
+use futures::StreamExt;
+use futures::channel::mpsc;
 use tracing::info;
 use tranche_core::TrancheState;
-use tranche_providers::{Provider, UploadedFile};
+use tranche_providers::{Provider, UploadBody, UploadedFile};
 use tranche_store::{FilePurpose, FileRecord, TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
@@ -18,12 +19,21 @@ impl Engine {
     ) -> Result<(), StepError> {
         let now = self.now();
         self.transition(lease, TrancheUpdate::to(TrancheState::Uploading, now)).await?;
-        let input = self.write_input(provider, tranche.id).await?;
+        // Rebuilt from the store every time, so a retry never sends a stale file. It goes to
+        // the provider as it is assembled, never written down first: the provider is told its
+        // length, measured beforehand, and a file that would come out otherwise fails to send.
+        let kind = provider.kind();
+        let len = self.input_len(kind, tranche.id).await?;
         lease.ensure().await?;
-        let uploaded =
-            provider.upload_batch_file(tranche.id, self.input_body(&input).await?).await?;
-        self.uploaded(tranche, lease, &uploaded).await?;
-        info!(tranche = %tranche.id, bytes = input.blob.size, "uploaded input file");
+        let (tx, rx) = mpsc::channel(UPLOAD_CHUNKS_IN_FLIGHT);
+        let body = UploadBody { stream: rx.boxed(), len };
+        let (sent, uploaded) = futures::join!(
+            self.send_input(kind, tranche.id, tx, len),
+            provider.upload_batch_file(tranche.id, body),
+        );
+        sent?;
+        self.uploaded(tranche, lease, &uploaded?).await?;
+        info!(tranche = %tranche.id, bytes = len, "uploaded input file");
         Ok(())
     }
 
@@ -55,3 +65,6 @@ impl Engine {
         Ok(())
     }
 }
+
+/// How many pieces of an input file (of about 256 KiB each) wait for the upload to take them.
+const UPLOAD_CHUNKS_IN_FLIGHT: usize = 2;
