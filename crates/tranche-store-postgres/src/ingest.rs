@@ -91,7 +91,8 @@ macro_rules! record_successes {
                        output_object = f.output_object, output_offset = f.output_offset,
                        output_length = f.output_length
                 FROM matched AS f
-                WHERE r.id = f.request_id AND r.state = 'queued'
+                WHERE r.id = f.request_id
+                  AND (r.tranche_id, r.state) IS NOT DISTINCT FROM ($1, 'queued')
                 RETURNING r.id, r.attempts, r.job_id, f.status_code, f.output, f.model,
                           f.input_tokens, f.cached_input_tokens, f.cache_write_5m_tokens,
                           f.cache_write_1h_tokens, f.output_tokens, f.reasoning_tokens
@@ -168,10 +169,12 @@ impl PgIngestWriter {
         // tranche with that wire id (planning never puts two in one batch; should two be
         // there, both are) is answered by it: looked up line by line in `requests_by_tranche`
         // (a lateral join, so the lines drive it whatever the statistics say), then updated by
-        // id. The statement before compared ids inside the join's filter; planned without
-        // statistics (a fresh database, autovacuum not yet run) it scanned the tranche's
-        // requests and ran the lookup for every pair of a line and a request: a job of 10,000
-        // requests took 47 s and 51 CPU-s of the server, against 3.0 s and 2.5 CPU-s now.
+        // id, re-checked there (a cancel may have moved it since) in a form that offers the
+        // planner no index to start from. The statement before compared ids inside the join's
+        // filter; planned without statistics (a fresh database, autovacuum not yet run) it
+        // scanned the tranche's requests and ran the lookup for every pair of a line and a
+        // request: a job of 10,000 requests took 47 s and 51 CPU-s of the server, against 3.0 s
+        // and 2.5 CPU-s now.
         let row = sqlx::query(RECORD_SUCCESSES)
             .bind(&self.tranche)
             .bind(&lines.wire_id)
