@@ -91,6 +91,49 @@ async fn an_input_file_goes_to_the_provider_as_it_is_assembled() {
     assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
 }
 
+/// Requests measured otherwise by an older submit (their recorded line sizes off by a byte,
+/// either way) still go out whole: the file that came out at another length is never kept by
+/// the provider, and is measured line by line and sent again.
+#[tokio::test]
+async fn an_input_measured_otherwise_at_submit_is_measured_again_and_sent_whole() {
+    use futures::TryStreamExt;
+    use sqlx::Connection;
+
+    for (change, sql) in [
+        ("a byte more", "UPDATE requests SET wire_bytes = wire_bytes + 1"),
+        ("a byte less", "UPDATE requests SET wire_bytes = wire_bytes - 1"),
+    ] {
+        let setup = Harness::new().await;
+        let engine = setup.engine(None).await;
+        let job = submit(&engine, &keyed_lines(10)).await;
+        let db = setup.dir.path().join("t.db");
+        let mut conn =
+            sqlx::SqliteConnection::connect(&format!("sqlite:{}", db.display())).await.unwrap();
+        assert_eq!(sqlx::query(sql).execute(&mut conn).await.unwrap().rows_affected(), 10);
+        conn.close().await.unwrap();
+        engine.tick().await.unwrap();
+        let stats = setup.sim.stats();
+        assert_eq!((stats.files_uploaded, stats.files_deleted), (2, 0), "{change}: {stats:?}");
+        let adapter = setup.openai_at(setup.sim.openai_base_url());
+        let mut lines = 0;
+        for t in engine.store().job_unfinished_tranches(job).await.unwrap() {
+            assert_eq!(t.state, TrancheState::Uploaded, "{change}");
+            let file = FileId::new(t.input_file_id.clone().unwrap());
+            let chunks: Vec<_> =
+                adapter.download_file(&file).await.unwrap().stream.try_collect().await.unwrap();
+            let text = String::from_utf8(chunks.concat()).unwrap();
+            assert!(text.ends_with('\n'), "{change}: whole lines");
+            for line in text.lines() {
+                serde_json::from_str::<serde_json::Value>(line).unwrap();
+                lines += 1;
+            }
+        }
+        assert_eq!(lines, 10, "{change}");
+        assert_eq!(setup.run_to_end(&engine, job).await, JobState::Done);
+        assert_eq!(engine.store().job_counts(job).await.unwrap().succeeded, 10);
+    }
+}
+
 /// An input that cannot be assembled (a body object cut short under it) fails its upload: the
 /// provider keeps no file, short or whole. Once the bodies are back, the tranche is uploaded
 /// again and every request succeeds.

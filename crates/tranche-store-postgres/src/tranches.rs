@@ -62,6 +62,17 @@ impl TrancheStore for PgStore {
         .boxed()
     }
 
+    async fn tranche_input_bytes(&self, id: TrancheId) -> StoreResult<u64> {
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(wire_bytes), 0)::BIGINT FROM requests
+             WHERE tranche_id = $1 AND state = 'queued'",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(to_u64(bytes))
+    }
+
     async fn update_tranche(
         &self,
         id: TrancheId,

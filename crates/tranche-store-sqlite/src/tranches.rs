@@ -95,6 +95,18 @@ impl TrancheStore for SqliteStore {
         .boxed()
     }
 
+    async fn tranche_input_bytes(&self, id: TrancheId) -> StoreResult<u64> {
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(r.wire_bytes), 0)
+             FROM tranches AS t JOIN requests AS r ON r.tranche_seq = t.seq
+             WHERE t.id = ? AND r.state = 'queued'",
+        )
+        .bind(id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(to_u64(bytes))
+    }
+
     async fn update_tranche(
         &self,
         id: TrancheId,

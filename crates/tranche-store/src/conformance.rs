@@ -298,6 +298,29 @@ pub async fn a_tranches_input_is_its_requests_in_order_however_spread(store: &dy
     assert!(none.is_empty(), "a tranche with no requests has no input");
 }
 
+/// A tranche's input bytes are what submit measured of its requests still queued in it:
+/// others' requests, and its own once ended, count for nothing.
+pub async fn a_tranches_input_bytes_are_what_its_queued_requests_measured(store: &dyn Store) {
+    let mut writer = store.begin_job(new_job()).await.unwrap();
+    for i in 0..6u64 {
+        let custom_id = format!("k{i}:t:v1");
+        let request =
+            NewRequest { wire_bytes: 100 + i, ..new_request(&custom_id, i + 1, "m", "00") };
+        writer.add(&request).await.unwrap();
+    }
+    assert_eq!(writer.commit().await.unwrap(), 6);
+    let ids = pending_ids(store, "m").await;
+    let tranche = new_tranche(ProviderKind::Openai, "m");
+    assert_eq!(create_tranche(store, &tranche, &ids[1..4]).await, Some(3));
+    assert_eq!(store.tranche_input_bytes(tranche.id).await.unwrap(), 101 + 102 + 103);
+    let held = lease(store, tranche.id).await;
+    let mut ingest = store.begin_ingest(tranche.id, held).await.unwrap();
+    assert!(ingest.record("k2:t:v1", &fatal(2)).await.unwrap());
+    assert!(ingest.commit(TrancheState::Ingesting, 2).await.unwrap());
+    assert_eq!(store.tranche_input_bytes(tranche.id).await.unwrap(), 101 + 103, "k2 ended");
+    assert_eq!(store.tranche_input_bytes(TrancheId::new()).await.unwrap(), 0);
+}
+
 /// A tranche's input and a job's results larger than a backend reads at once (SQLite reads
 /// them in pages of 1,024 rows) come back whole and in order, at a page's boundary and past it.
 pub async fn inputs_and_results_larger_than_a_page_come_back_whole_in_order(store: &dyn Store) {
@@ -1693,6 +1716,7 @@ macro_rules! store_conformance {
             successes_are_recorded_in_bulk_once_each,
             inputs_and_results_larger_than_a_page_come_back_whole_in_order,
             a_tranches_input_is_its_requests_in_order_however_spread,
+            a_tranches_input_bytes_are_what_its_queued_requests_measured,
             a_dropped_job_writer_stores_nothing,
             a_committed_job_is_pending_with_its_counts,
             requests_are_claimed_into_one_tranche_only,

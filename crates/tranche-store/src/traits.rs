@@ -221,8 +221,14 @@ pub trait TrancheStore: Send + Sync {
 
     async fn tranche(&self, id: TrancheId) -> StoreResult<Option<TrancheRecord>>;
 
-    /// The tranche's input lines, in wire id order.
+    /// The tranche's input lines, in request order.
     fn tranche_input(&self, id: TrancheId) -> BoxStream<'_, StoreResult<InputLine>>;
+
+    /// The bytes of the tranche's input lines as submit measured them: the sum of what each
+    /// of its queued requests recorded as `wire_bytes` (0 for a tranche that is not there).
+    /// The size of its input file where no line grows on the way out, read without a row
+    /// coming back.
+    async fn tranche_input_bytes(&self, id: TrancheId) -> StoreResult<u64>;
 
     /// Moves a tranche to a new state, recording the fields the step learned: a
     /// compare-and-set on the lease and state in `held`. Returns false, changing nothing, when

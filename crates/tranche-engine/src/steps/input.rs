@@ -1,9 +1,8 @@
 //! A tranche's input file, assembled from the byte ranges of its requests' bodies: streamed
-//! straight into the upload of a file-based batch (measured first, from the store alone, so that
-//! the provider is told its exact length), or written into the blob store for a batch that
-//! carries its requests inline. Bodies are copied, never parsed, but in an Anthropic tranche
-//! whose requests share a system prompt long enough to cache: those go out with a cache mark
-//! on it (`tranche_core::cache_marks`).
+//! straight into the upload of a file-based batch (whose length the provider is told first), or
+//! written into the blob store for a batch that carries its requests inline. Bodies are copied,
+//! never parsed, but in an Anthropic tranche whose requests share a system prompt long enough to
+//! cache: those go out with a cache mark on it (`tranche_core::cache_marks`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -46,7 +45,9 @@ impl Engine {
     }
 
     /// The size in bytes of the input file of a tranche whose lines go out unmarked (an
-    /// OpenAI or Azure one), from the store alone: no body is read.
+    /// OpenAI or Azure one), measured line by line from the store: no body is read. (What
+    /// submit recorded, `TrancheStore::tranche_input_bytes`, is the same sum without a row
+    /// read; this is for lines it measured otherwise.)
     pub(crate) async fn input_len(
         &self,
         kind: ProviderKind,
@@ -65,31 +66,43 @@ impl Engine {
     }
 
     /// Assembles the input file of a tranche whose lines go out unmarked into `upload`, the
-    /// body of an upload in progress that was told it is `len` bytes. A failure here fails the
-    /// upload too (the body ends in an error, never short); an upload that ends first (the
-    /// provider refused it) stops the assembly, and its outcome is the step's.
+    /// body of an upload in progress that was told it is `len` bytes. The provider never holds
+    /// all `len` bytes of a file that comes out at another length: the piece that completes
+    /// them is sent once nothing more came, and a failure ends the body in an error.
     pub(crate) async fn send_input(
         &self,
         kind: ProviderKind,
         tranche: TrancheId,
         upload: mpsc::Sender<std::io::Result<Bytes>>,
         len: u64,
-    ) -> Result<(), EngineError> {
-        let mut upload = Upload { tx: upload, left: len, ended: false };
-        let mut out = InputWriter::new(Sink::Upload(&mut upload));
-        let mut pass = Pass::Write { kind, out: &mut out, marks: None, buf: Vec::new(), marked: 0 };
-        let walked = self.walk(tranche, &mut pass).await;
-        let failure = match walked {
-            Err(_) if upload.ended => return Ok(()),
-            Err(e) => e,
-            Ok(()) if upload.left == 0 => return Ok(()),
-            Ok(()) => EngineError::Corrupt(format!(
-                "the input file of {tranche} came to {} bytes, not the {len} measured",
-                len - upload.left
-            )),
+    ) -> Result<Sent, EngineError> {
+        let mut upload = Upload { tx: upload, left: len, last: None, over: false, ended: false };
+        let walked = {
+            let mut out = InputWriter::new(Sink::Upload(&mut upload));
+            let mut pass =
+                Pass::Write { kind, out: &mut out, marks: None, buf: Vec::new(), marked: 0 };
+            self.walk(tranche, &mut pass).await
+        };
+        let (failure, other_length) = match walked {
+            Err(_) if upload.ended => return Ok(Sent::Done),
+            Ok(()) if upload.left == 0 => {
+                if let Some(last) = upload.last.take() {
+                    // An upload that stopped reading first has its own outcome.
+                    let _ = upload.tx.send(Ok(last)).await;
+                }
+                return Ok(Sent::Done);
+            }
+            Ok(()) => {
+                let assembled = len - upload.left;
+                let message = format!(
+                    "the input file of {tranche} came to {assembled} bytes, not the {len} measured"
+                );
+                (EngineError::Corrupt(message), true)
+            }
+            Err(e) => (e, upload.over),
         };
         let _ = upload.tx.send(Err(std::io::Error::other(failure.to_string()))).await;
-        Err(failure)
+        if other_length { Ok(Sent::OtherLength(failure)) } else { Err(failure) }
     }
 
     /// Writes the tranche's lines into `out`. An Anthropic tranche whose jobs ask for it is
@@ -206,11 +219,26 @@ enum Sink<'s> {
     Upload(&'s mut Upload),
 }
 
-/// The body of an upload in progress, which was told that `left` more bytes come; `ended`
-/// once the upload stopped reading.
+/// How the assembly of an input file into an upload ended, when it did not fail.
+#[derive(Debug)]
+pub(crate) enum Sent {
+    /// Every measured byte went out, or the upload stopped reading first: the upload's own
+    /// outcome is the step's.
+    Done,
+    /// The file came out at another length than measured (this error says which): the
+    /// upload's body ended in an error before the provider had all it was told of.
+    OtherLength(EngineError),
+}
+
+/// The body of an upload in progress, which was told that `left` more bytes come.
 struct Upload {
     tx: mpsc::Sender<std::io::Result<Bytes>>,
     left: u64,
+    /// The piece that brought `left` to 0, held back until no more comes.
+    last: Option<Bytes>,
+    /// More bytes came than measured.
+    over: bool,
+    /// The upload stopped reading.
     ended: bool,
 }
 
@@ -234,13 +262,21 @@ impl<'s> InputWriter<'s> {
             Sink::Blob(blob) => Ok(blob.write(&bytes).await?),
             Sink::Upload(upload) => {
                 let len = bytes.len() as u64;
-                if len > upload.left {
+                if len == 0 {
+                    return Ok(());
+                }
+                if len > upload.left || upload.last.is_some() {
+                    upload.over = true;
                     return Err(EngineError::Corrupt(format!(
                         "an input file came to more bytes than measured ({len} more, {} left)",
                         upload.left
                     )));
                 }
                 upload.left -= len;
+                if upload.left == 0 {
+                    upload.last = Some(Bytes::from(bytes));
+                    return Ok(());
+                }
                 if upload.tx.send(Ok(Bytes::from(bytes))).await.is_err() {
                     upload.ended = true;
                     return Err(EngineError::Corrupt("the upload stopped reading".to_owned()));

@@ -2,13 +2,14 @@
 
 use futures::StreamExt;
 use futures::channel::mpsc;
-use tracing::info;
+use tracing::{info, warn};
 use tranche_core::TrancheState;
 use tranche_providers::{Provider, UploadBody, UploadedFile};
 use tranche_store::{FilePurpose, FileRecord, TrancheRecord, TrancheUpdate};
 
 use crate::engine::{Engine, StepError};
 use crate::lease::Lease;
+use crate::steps::input::Sent;
 
 impl Engine {
     pub(crate) async fn upload(
@@ -21,18 +22,36 @@ impl Engine {
         self.transition(lease, TrancheUpdate::to(TrancheState::Uploading, now)).await?;
         // Rebuilt from the store every time, so a retry never sends a stale file. It goes to
         // the provider as it is assembled, never written down first: the provider is told its
-        // length, measured beforehand, and a file that would come out otherwise fails to send.
+        // length, and a file that comes out otherwise fails to send. The length is what submit
+        // measured of each line (no row read); should the file come out otherwise (requests
+        // measured by an older submit), it is measured line by line and sent again.
         let kind = provider.kind();
-        let len = self.input_len(kind, tranche.id).await?;
-        lease.ensure().await?;
-        let (tx, rx) = mpsc::channel(UPLOAD_CHUNKS_IN_FLIGHT);
-        let body = UploadBody { stream: rx.boxed(), len };
-        let (sent, uploaded) = futures::join!(
-            self.send_input(kind, tranche.id, tx, len),
-            provider.upload_batch_file(tranche.id, body),
-        );
-        sent?;
-        self.uploaded(tranche, lease, &uploaded?).await?;
+        let mut len = self.store.tranche_input_bytes(tranche.id).await?;
+        let mut measured_by_line = false;
+        let file = loop {
+            lease.ensure().await?;
+            let (tx, rx) = mpsc::channel(UPLOAD_CHUNKS_IN_FLIGHT);
+            let body = UploadBody { stream: rx.boxed(), len };
+            let (sent, uploaded) = futures::join!(
+                self.send_input(kind, tranche.id, tx, len),
+                provider.upload_batch_file(tranche.id, body),
+            );
+            let mismatch = match sent? {
+                Sent::Done => break uploaded?,
+                Sent::OtherLength(mismatch) => mismatch,
+            };
+            if let Ok(file) = uploaded {
+                // Not expected (the provider never had all it was told of), never kept.
+                let _ = provider.delete_file(&file.id).await;
+            }
+            if measured_by_line {
+                return Err(mismatch.into());
+            }
+            warn!(tranche = %tranche.id, error = %mismatch, "measuring the input file line by line");
+            len = self.input_len(kind, tranche.id).await?;
+            measured_by_line = true;
+        };
+        self.uploaded(tranche, lease, &file).await?;
         info!(tranche = %tranche.id, bytes = len, "uploaded input file");
         Ok(())
     }
