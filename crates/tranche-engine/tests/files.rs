@@ -14,10 +14,11 @@ use tranche_blob::{BlobKey, BlobStore};
 use tranche_core::{JobSettings, JobState, ManualClock, ProviderKind, TrancheId, TrancheState};
 use tranche_engine::{CleanupOptions, DaysToLimit, Engine, EngineConfig, FileClass, FileLimits};
 use tranche_providers::{
-    AnthropicConfig, AnthropicProvider, AzureConfig, AzureProvider, FileId, Provider, UploadBody,
-    http_client,
+    AnthropicConfig, AnthropicProvider, AzureConfig, AzureProvider, FileId, OpenAiProvider,
+    Provider, UploadBody, http_client,
 };
 use tranche_sim::{HttpFault, SimConfig};
+use tranche_store::TrancheRecord;
 use tranche_test_support::foreign::Foreign;
 use tranche_test_support::harness::{Harness, keyed_lines, submit};
 use tranche_test_support::inputs::anthropic_lines;
@@ -25,6 +26,16 @@ use tranche_test_support::inputs::anthropic_lines;
 fn with_faults(setup: &Harness, faults: serde_json::Value) {
     let faults: Vec<HttpFault> = serde_json::from_value(faults).unwrap();
     setup.sim.set_config(SimConfig { speed: 0.0, faults, ..SimConfig::default() });
+}
+
+/// The input file the provider holds for tranche `t`, whole.
+async fn input_file_at_provider(adapter: &OpenAiProvider, t: &TrancheRecord) -> String {
+    use futures::TryStreamExt;
+
+    let file = FileId::new(t.input_file_id.clone().unwrap());
+    let chunks: Vec<_> =
+        adapter.download_file(&file).await.unwrap().stream.try_collect().await.unwrap();
+    String::from_utf8(chunks.concat()).unwrap()
 }
 
 #[tokio::test]
@@ -54,8 +65,6 @@ async fn an_input_file_the_provider_lost_is_uploaded_again() {
 /// the blob store, and the provider holds every line, byte for byte as planned.
 #[tokio::test]
 async fn an_input_file_goes_to_the_provider_as_it_is_assembled() {
-    use futures::TryStreamExt;
-
     let setup = Harness::new().await;
     let engine = setup.engine(None).await;
     let job = submit(&engine, &keyed_lines(10)).await;
@@ -68,12 +77,8 @@ async fn an_input_file_goes_to_the_provider_as_it_is_assembled() {
     let mut keys = BTreeSet::new();
     for t in &tranches {
         assert_eq!(t.state, TrancheState::Uploaded);
-        let file = FileId::new(t.input_file_id.clone().unwrap());
-        let chunks: Vec<_> =
-            adapter.download_file(&file).await.unwrap().stream.try_collect().await.unwrap();
-        let bytes = chunks.concat();
-        assert_eq!(bytes.len() as u64, t.bytes, "the size planned");
-        let text = String::from_utf8(bytes).unwrap();
+        let text = input_file_at_provider(&adapter, t).await;
+        assert_eq!(text.len() as u64, t.bytes, "the size planned");
         assert_eq!(text.lines().count() as u64, t.request_count);
         for line in text.lines() {
             let line: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -96,7 +101,6 @@ async fn an_input_file_goes_to_the_provider_as_it_is_assembled() {
 /// the provider, and is measured line by line and sent again.
 #[tokio::test]
 async fn an_input_measured_otherwise_at_submit_is_measured_again_and_sent_whole() {
-    use futures::TryStreamExt;
     use sqlx::Connection;
 
     for (change, sql) in [
@@ -118,10 +122,7 @@ async fn an_input_measured_otherwise_at_submit_is_measured_again_and_sent_whole(
         let mut lines = 0;
         for t in engine.store().job_unfinished_tranches(job).await.unwrap() {
             assert_eq!(t.state, TrancheState::Uploaded, "{change}");
-            let file = FileId::new(t.input_file_id.clone().unwrap());
-            let chunks: Vec<_> =
-                adapter.download_file(&file).await.unwrap().stream.try_collect().await.unwrap();
-            let text = String::from_utf8(chunks.concat()).unwrap();
+            let text = input_file_at_provider(&adapter, &t).await;
             assert!(text.ends_with('\n'), "{change}: whole lines");
             for line in text.lines() {
                 serde_json::from_str::<serde_json::Value>(line).unwrap();
@@ -255,7 +256,7 @@ async fn openais_storage_quota_is_waited_out_as_azures_is() {
     let job = submit(&engine, &keyed_lines(12)).await;
     engine.tick().await.unwrap();
     let tranches = engine.store().job_unfinished_tranches(job).await.unwrap();
-    let refused = |t: &&tranche_store::TrancheRecord| {
+    let refused = |t: &&TrancheRecord| {
         t.last_error.as_ref().is_some_and(|e| {
             e["status"] == 400
                 && e["message"]
