@@ -50,7 +50,11 @@ impl InputHash {
     }
 
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        // Into a buffer at once: `hex::encode` collects the digits one `char` at a time.
+        let mut digits = [0u8; 64];
+        let _ = hex::encode_to_slice(self.0, &mut digits);
+        // Hex digits are ASCII: never lossy.
+        String::from_utf8_lossy(&digits).into_owned()
     }
 }
 

@@ -12,9 +12,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use serde_json::{Map, Value};
-
-use crate::hash::canonical_json;
+use crate::canon::{Members, Node};
 use crate::{CustomId, Endpoint, InputHash, ProviderKind};
 
 /// How to read tranche lines, and which provider the requests are for.
@@ -120,9 +118,10 @@ impl InputParser {
         if text.trim().is_empty() {
             return Ok(None);
         }
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| error(line, None, format!("invalid JSON: {e}")))?;
-        let Value::Object(mut object) = value else {
+        // Read borrowing from the line: the body is rewritten canonical from it directly.
+        let value =
+            Node::parse(text).map_err(|e| error(line, None, format!("invalid JSON: {e}")))?;
+        let Node::Object(mut object) = value else {
             return Err(error(line, None, "expected a JSON object"));
         };
         let (custom_id, endpoint) = if object.contains_key("custom_id") {
@@ -137,12 +136,12 @@ impl InputParser {
             ));
         };
         let mut body = match object.remove("body") {
-            Some(Value::Object(body)) => body,
+            Some(Node::Object(body)) => body,
             Some(other) => {
                 return Err(error(
                     line,
                     Some("body"),
-                    format!("expected an object, found {}", type_name(&other)),
+                    format!("expected an object, found {}", other.type_name()),
                 ));
             }
             None => return Err(error(line, Some("body"), "missing field")),
@@ -157,8 +156,10 @@ impl InputParser {
             }
             seen.insert(custom_id.clone(), line);
         }
-        let output_limit = crate::tokens::output_limit(&body);
-        let body = canonical_json(&Value::Object(body));
+        let output_limit = crate::tokens::OUTPUT_LIMIT_KEYS
+            .iter()
+            .find_map(|key| body.get(key).and_then(Node::as_u64));
+        let body = body.to_canonical(text.len());
         let input_hash = InputHash::of_canonical(self.options.provider, endpoint, &body);
         Ok(Some(ParsedRequest {
             line,
@@ -174,7 +175,7 @@ impl InputParser {
     fn openai_line(
         &self,
         line: u64,
-        object: &Map<String, Value>,
+        object: &Members<'_>,
     ) -> Result<(CustomId, Endpoint), InputError> {
         let custom_id = required_str(line, object, "custom_id")?;
         let custom_id = CustomId::parse(custom_id)
@@ -195,7 +196,7 @@ impl InputParser {
     fn tranche_line(
         &self,
         line: u64,
-        object: &Map<String, Value>,
+        object: &Members<'_>,
     ) -> Result<(CustomId, Endpoint), InputError> {
         let key = required_str(line, object, "key")?;
         let task = self.options.task.as_deref().ok_or_else(|| {
@@ -205,7 +206,7 @@ impl InputParser {
         let custom_id = CustomId::compose(self.options.tenant.as_deref(), key, task, version)
             .map_err(|e| error(line, Some("key"), e.to_string()))?;
         if let Some(url) = object.get("url") {
-            let Value::String(url) = url else {
+            let Node::String(url) = url else {
                 return Err(error(line, Some("url"), "expected a string"));
             };
             return Ok((custom_id, self.endpoint(line, "url", url)?));
@@ -235,18 +236,18 @@ impl InputParser {
         Ok(endpoint)
     }
 
-    fn model(&self, line: u64, body: &mut Map<String, Value>) -> Result<String, InputError> {
+    fn model(&self, line: u64, body: &mut Members<'_>) -> Result<String, InputError> {
         match body.get("model") {
-            Some(Value::String(model)) if !model.is_empty() => Ok(model.clone()),
-            Some(Value::String(_)) => Err(error(line, Some("body.model"), "empty model name")),
+            Some(Node::String(model)) if !model.is_empty() => Ok(model.clone().into_owned()),
+            Some(Node::String(_)) => Err(error(line, Some("body.model"), "empty model name")),
             Some(other) => Err(error(
                 line,
                 Some("body.model"),
-                format!("expected a string, found {}", type_name(other)),
+                format!("expected a string, found {}", other.type_name()),
             )),
             None => match &self.options.model {
                 Some(model) => {
-                    body.insert("model".to_owned(), Value::String(model.clone()));
+                    body.insert("model", Node::String(model.clone().into()));
                     Ok(model.clone())
                 }
                 None => Err(error(
@@ -261,7 +262,7 @@ impl InputParser {
 
 /// Anthropic bodies are Messages API params. OpenAI-shaped chat bodies are refused rather
 /// than translated, naming the shape Anthropic expects.
-fn anthropic_params(line: u64, body: &Map<String, Value>) -> Result<(), InputError> {
+fn anthropic_params(line: u64, body: &Members<'_>) -> Result<(), InputError> {
     const SHAPE: &str = "Anthropic batch bodies are Messages API params: `model`, `max_tokens` (at least 1), `messages` with roles user/assistant, and an optional top-level `system`";
     for openai_only in ["response_format", "max_completion_tokens", "n", "logprobs", "functions"] {
         if body.contains_key(openai_only) {
@@ -275,7 +276,7 @@ fn anthropic_params(line: u64, body: &Map<String, Value>) -> Result<(), InputErr
         }
     }
     match body.get("max_tokens") {
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {}
+        Some(Node::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {}
         Some(_) => {
             return Err(error(
                 line,
@@ -287,7 +288,7 @@ fn anthropic_params(line: u64, body: &Map<String, Value>) -> Result<(), InputErr
             return Err(error(line, Some("body.max_tokens"), format!("missing field. {SHAPE}")));
         }
     }
-    let Some(Value::Array(messages)) = body.get("messages") else {
+    let Some(Node::Array(messages)) = body.get("messages") else {
         return Err(error(
             line,
             Some("body.messages"),
@@ -295,7 +296,7 @@ fn anthropic_params(line: u64, body: &Map<String, Value>) -> Result<(), InputErr
         ));
     };
     for (i, message) in messages.iter().enumerate() {
-        if message.get("role").and_then(Value::as_str) == Some("system") {
+        if message.get("role").and_then(Node::as_str) == Some("system") {
             return Err(error(
                 line,
                 Some(&format!("body.messages[{i}].role")),
@@ -305,7 +306,7 @@ fn anthropic_params(line: u64, body: &Map<String, Value>) -> Result<(), InputErr
             ));
         }
     }
-    if body.get("stream") == Some(&Value::Bool(true)) {
+    if body.get("stream") == Some(&Node::Bool(true)) {
         return Err(error(line, Some("body.stream"), "batch requests cannot stream"));
     }
     Ok(())
@@ -317,26 +318,15 @@ fn endpoint_list(provider: ProviderKind) -> String {
 
 fn required_str<'a>(
     line: u64,
-    object: &'a Map<String, Value>,
+    object: &'a Members<'_>,
     field: &str,
 ) -> Result<&'a str, InputError> {
     match object.get(field) {
-        Some(Value::String(s)) => Ok(s),
+        Some(Node::String(s)) => Ok(s),
         Some(other) => {
-            Err(error(line, Some(field), format!("expected a string, found {}", type_name(other))))
+            Err(error(line, Some(field), format!("expected a string, found {}", other.type_name())))
         }
         None => Err(error(line, Some(field), "missing field")),
-    }
-}
-
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

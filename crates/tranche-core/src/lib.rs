@@ -3,6 +3,7 @@
 //! the clock the engine reads; does no IO.
 
 pub mod cache_marks;
+pub mod canon;
 pub mod clock;
 pub mod codec;
 pub mod count;

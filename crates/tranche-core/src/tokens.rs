@@ -19,11 +19,14 @@ pub fn estimate(body: &str) -> u64 {
     estimate_from(body.len(), output)
 }
 
+/// The body fields that cap a response's tokens, the first one that holds a whole number
+/// counting.
+pub const OUTPUT_LIMIT_KEYS: [&str; 3] =
+    ["max_completion_tokens", "max_tokens", "max_output_tokens"];
+
 /// The output a body allows, read from a parsed body (as [`estimate`] reads it from text).
 pub fn output_limit(body: &serde_json::Map<String, serde_json::Value>) -> Option<u64> {
-    ["max_completion_tokens", "max_tokens", "max_output_tokens"]
-        .iter()
-        .find_map(|key| body.get(*key).and_then(serde_json::Value::as_u64))
+    OUTPUT_LIMIT_KEYS.iter().find_map(|key| body.get(*key).and_then(serde_json::Value::as_u64))
 }
 
 /// [`estimate`] from a body's length in bytes and the output it allows.
