@@ -79,12 +79,14 @@ impl Drop for Reaped {
     }
 }
 
-fn wait_with_deadline(child: &mut Child, deadline: Instant) -> std::process::ExitStatus {
+/// Waits for the child until the deadline; past it, fails with every log the test's processes
+/// wrote, so that a hang can be read from CI's output.
+fn wait_with_deadline(env: &Env, child: &mut Child, deadline: Instant) -> std::process::ExitStatus {
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
-        assert!(Instant::now() < deadline, "a process did not finish in time");
+        assert!(Instant::now() < deadline, "a process did not finish in time\n{}", logs(env));
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -139,7 +141,7 @@ fn workers_a_run_and_a_cancel_on_one_store_repeat_and_lose_nothing() {
     }
 
     let deadline = Instant::now() + Duration::from_secs(240);
-    let status = wait_with_deadline(&mut run.0, deadline);
+    let status = wait_with_deadline(&env, &mut run.0, deadline);
     let mut stdout = String::new();
     std::io::Read::read_to_string(run.0.stdout.as_mut().unwrap(), &mut stdout).unwrap();
     assert!(status.success(), "tranche run: {status}\n{stdout}\n{}", log(&env, "run.log"));
@@ -153,7 +155,7 @@ fn workers_a_run_and_a_cancel_on_one_store_repeat_and_lose_nothing() {
     for mut child in std::mem::take(&mut workers.children) {
         let pid = child.id().to_string();
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let status = wait_with_deadline(&mut child, Instant::now() + Duration::from_secs(60));
+        let status = wait_with_deadline(&env, &mut child, Instant::now() + Duration::from_secs(60));
         assert!(status.success(), "a worker stopped with {status}");
     }
     let out = env
@@ -206,4 +208,26 @@ fn workers_a_run_and_a_cancel_on_one_store_repeat_and_lose_nothing() {
 
 fn log(env: &Env, name: &str) -> String {
     std::fs::read_to_string(env.path(name)).unwrap_or_default()
+}
+
+/// The last lines of every log in the test's folder, each under its name.
+fn logs(env: &Env) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".log"))
+        .collect();
+    names.sort();
+    let mut out = String::new();
+    for name in names {
+        let text = log(env, &name);
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(40)..];
+        out.push_str(&format!("--- {name} (last {} of {} lines)\n", tail.len(), lines.len()));
+        for line in tail {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
