@@ -1,6 +1,7 @@
 //! Recording a job's requests inside one transaction, many rows per statement.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tranche_core::{Endpoint, ProviderKind};
@@ -14,12 +15,12 @@ use crate::INSERT_ROWS;
 struct RequestRow {
     id: i64,
     line: i64,
-    custom_id: String,
-    wire_id: String,
+    custom_id: Arc<str>,
+    wire_id: Arc<str>,
     endpoint: Endpoint,
-    model: String,
+    model: Arc<str>,
     wire_bytes: i64,
-    input_hash: String,
+    input_hash: Arc<str>,
     max_attempts: i64,
     est_tokens: i64,
     max_cost: Option<i64>,
@@ -29,11 +30,18 @@ struct RequestRow {
 }
 
 /// Records a job's requests inside one transaction, many rows per statement.
+///
+/// The values every row repeats (job, provider, endpoint, model, answer check) are bound as
+/// shared `Arc<str>`s and each row's own strings are handed over, not copied: sqlx binds a
+/// borrowed `&str` by copying it into a new `Arc<String>`, two allocations a value.
 #[derive(Debug)]
 pub(crate) struct SqliteJobWriter {
     tx: Transaction<'static, Sqlite>,
-    job: String,
-    provider: ProviderKind,
+    job: Arc<str>,
+    provider: Arc<str>,
+    /// The endpoints and models rows have named so far (a few per job; at most
+    /// [`SHARED_NAMES`] are kept, later ones bound as they come).
+    names: HashMap<String, Arc<str>>,
     accepted: u64,
     /// The id given to the last request added.
     last_id: i64,
@@ -42,8 +50,11 @@ pub(crate) struct SqliteJobWriter {
     /// The job's body object, recorded when the job commits.
     body_object: Option<BlobRecord>,
     /// The answer check every request of the job carries.
-    answer_check: Option<String>,
+    answer_check: Option<Arc<str>>,
 }
+
+/// The most endpoint and model names a writer shares between its rows.
+const SHARED_NAMES: usize = 64;
 
 impl SqliteJobWriter {
     pub(crate) fn new(
@@ -55,15 +66,28 @@ impl SqliteJobWriter {
     ) -> Self {
         Self {
             tx,
-            job,
-            provider,
+            job: job.into(),
+            provider: provider.as_str().into(),
+            names: HashMap::new(),
             accepted: 0,
             last_id,
             rows: Vec::with_capacity(INSERT_ROWS),
             bodies: Vec::with_capacity(INSERT_ROWS),
             body_object: None,
-            answer_check,
+            answer_check: answer_check.map(Into::into),
         }
+    }
+
+    /// `name` as a shared string, the same `Arc` for every row that names it.
+    fn shared(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.names.get(name) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = name.into();
+        if self.names.len() < SHARED_NAMES {
+            self.names.insert(name.to_owned(), Arc::clone(&shared));
+        }
+        shared
     }
 
     /// The buffered rows whose custom id an earlier row of the job (stored, or buffered
@@ -71,10 +95,10 @@ impl SqliteJobWriter {
     async fn duplicates(&mut self) -> StoreResult<Vec<DuplicateCustomId>> {
         let mut select =
             QueryBuilder::<Sqlite>::new("SELECT custom_id, line FROM requests WHERE job_id = ");
-        select.push_bind(self.job.as_str()).push(" AND custom_id IN (");
+        select.push_bind(Arc::clone(&self.job)).push(" AND custom_id IN (");
         let mut ids = select.separated(", ");
         for row in &self.rows {
-            ids.push_bind(row.custom_id.as_str());
+            ids.push_bind(Arc::clone(&row.custom_id));
         }
         select.push(")");
         let stored = select.build().persistent(false).fetch_all(&mut *self.tx).await?;
@@ -84,14 +108,14 @@ impl SqliteJobWriter {
         }
         let mut duplicates = Vec::new();
         for row in &self.rows {
-            match first.get(row.custom_id.as_str()) {
+            match first.get(&*row.custom_id) {
                 Some(&line) => duplicates.push(DuplicateCustomId {
                     line: to_u64(row.line),
-                    custom_id: row.custom_id.clone(),
+                    custom_id: row.custom_id.to_string(),
                     first_line: to_u64(line),
                 }),
                 None => {
-                    first.insert(row.custom_id.as_str(), row.line);
+                    first.insert(&*row.custom_id, row.line);
                 }
             }
         }
@@ -103,15 +127,16 @@ impl SqliteJobWriter {
 impl JobWriter for SqliteJobWriter {
     async fn add(&mut self, request: &NewRequest<'_>) -> StoreResult<()> {
         self.last_id += 1;
+        let model = self.shared(request.model);
         self.rows.push(RequestRow {
             id: self.last_id,
             line: to_i64(request.line),
-            custom_id: request.custom_id.to_owned(),
-            wire_id: request.wire_id.to_owned(),
+            custom_id: request.custom_id.into(),
+            wire_id: request.wire_id.into(),
             endpoint: request.endpoint,
-            model: request.model.to_owned(),
+            model,
             wire_bytes: to_i64(request.wire_bytes),
-            input_hash: request.input_hash.to_owned(),
+            input_hash: request.input_hash.into(),
             max_attempts: i64::from(request.max_attempts),
             est_tokens: to_i64(request.est_tokens),
             max_cost: request.max_cost.map(|c| to_i64(c.nanos())),
@@ -144,26 +169,34 @@ impl JobWriter for SqliteJobWriter {
                                    accepted_at, body_offset, body_length, answer_check,
                                    max_cost) ",
         );
-        let (job, provider) = (&self.job, self.provider.as_str());
-        let check = self.answer_check.as_deref();
+        let endpoints: Vec<(Endpoint, Arc<str>)> = {
+            let mut named: Vec<Endpoint> = self.rows.iter().map(|r| r.endpoint).collect();
+            named.sort_unstable_by_key(|e| e.as_str());
+            named.dedup();
+            named.into_iter().map(|e| (e, self.shared(e.as_str()))).collect()
+        };
+        let endpoint = |e: Endpoint| {
+            endpoints.iter().find(|(named, _)| *named == e).map(|(_, shared)| Arc::clone(shared))
+        };
+        let (job, provider, check) = (&self.job, &self.provider, &self.answer_check);
         insert.push_values(self.rows.iter(), |mut row, r| {
             row.push_bind(r.id)
-                .push_bind(job.as_str())
+                .push_bind(Arc::clone(job))
                 .push_bind(r.line)
-                .push_bind(r.custom_id.as_str())
-                .push_bind(r.wire_id.as_str())
-                .push_bind(provider)
-                .push_bind(r.endpoint.as_str())
-                .push_bind(r.model.as_str())
+                .push_bind(Arc::clone(&r.custom_id))
+                .push_bind(Arc::clone(&r.wire_id))
+                .push_bind(Arc::clone(provider))
+                .push_bind(endpoint(r.endpoint))
+                .push_bind(Arc::clone(&r.model))
                 .push_bind(r.wire_bytes)
-                .push_bind(r.input_hash.as_str())
+                .push_bind(Arc::clone(&r.input_hash))
                 .push("'pending'")
                 .push_bind(r.max_attempts)
                 .push_bind(r.est_tokens)
                 .push_bind(r.accepted_at)
                 .push_bind(r.body_range.map(|(offset, _)| offset))
                 .push_bind(r.body_range.map(|(_, len)| len))
-                .push_bind(check)
+                .push_bind(check.clone())
                 .push_bind(r.max_cost);
         });
         match insert.build().persistent(persistent).execute(&mut *self.tx).await {
