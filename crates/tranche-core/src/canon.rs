@@ -73,14 +73,6 @@ impl<'a> Members<'a> {
             Err(i) => self.0.insert(i, (Cow::Owned(key.to_owned()), value)),
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 impl<'a> Node<'a> {

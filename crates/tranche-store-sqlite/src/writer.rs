@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
-use tranche_core::{Endpoint, ProviderKind};
+use tranche_core::ProviderKind;
 use tranche_store::rows::{to_i64, to_u64};
 use tranche_store::*;
 
@@ -17,7 +17,7 @@ struct RequestRow {
     line: i64,
     custom_id: Arc<str>,
     wire_id: Arc<str>,
-    endpoint: Endpoint,
+    endpoint: Arc<str>,
     model: Arc<str>,
     wire_bytes: i64,
     input_hash: Arc<str>,
@@ -127,13 +127,14 @@ impl SqliteJobWriter {
 impl JobWriter for SqliteJobWriter {
     async fn add(&mut self, request: &NewRequest<'_>) -> StoreResult<()> {
         self.last_id += 1;
+        let endpoint = self.shared(request.endpoint.as_str());
         let model = self.shared(request.model);
         self.rows.push(RequestRow {
             id: self.last_id,
             line: to_i64(request.line),
             custom_id: request.custom_id.into(),
             wire_id: request.wire_id.into(),
-            endpoint: request.endpoint,
+            endpoint,
             model,
             wire_bytes: to_i64(request.wire_bytes),
             input_hash: request.input_hash.into(),
@@ -169,15 +170,6 @@ impl JobWriter for SqliteJobWriter {
                                    accepted_at, body_offset, body_length, answer_check,
                                    max_cost) ",
         );
-        let endpoints: Vec<(Endpoint, Arc<str>)> = {
-            let mut named: Vec<Endpoint> = self.rows.iter().map(|r| r.endpoint).collect();
-            named.sort_unstable_by_key(|e| e.as_str());
-            named.dedup();
-            named.into_iter().map(|e| (e, self.shared(e.as_str()))).collect()
-        };
-        let endpoint = |e: Endpoint| {
-            endpoints.iter().find(|(named, _)| *named == e).map(|(_, shared)| Arc::clone(shared))
-        };
         let (job, provider, check) = (&self.job, &self.provider, &self.answer_check);
         insert.push_values(self.rows.iter(), |mut row, r| {
             row.push_bind(r.id)
@@ -186,7 +178,7 @@ impl JobWriter for SqliteJobWriter {
                 .push_bind(Arc::clone(&r.custom_id))
                 .push_bind(Arc::clone(&r.wire_id))
                 .push_bind(Arc::clone(provider))
-                .push_bind(endpoint(r.endpoint))
+                .push_bind(Arc::clone(&r.endpoint))
                 .push_bind(Arc::clone(&r.model))
                 .push_bind(r.wire_bytes)
                 .push_bind(Arc::clone(&r.input_hash))
