@@ -137,9 +137,13 @@ impl SqliteIngestWriter {
     async fn stage_chunk(&mut self, chunk: &[Success]) -> StoreResult<u64> {
         let mut stage = QueryBuilder::<Sqlite>::new("");
         self.texts |= push_stage(&mut stage, self.seq, chunk);
-        // Bulk statements differ in length, so none is kept prepared (each holds a large
-        // program, and a connection's statement cache would keep dozens).
-        let staged = stage.build().persistent(false).execute(&mut *self.tx).await?.rows_affected();
+        // A full chunk's statement is the same text every time, and is kept prepared: parsed
+        // and compiled anew for every chunk (512 rows of 14 values), staging 100,000 results
+        // took 0.47-0.62 s, kept prepared 0.33-0.36. A shorter chunk (the last of a call)
+        // would only crowd the connection's statement cache.
+        let persistent = chunk.len() == INGEST_ROWS;
+        let staged =
+            stage.build().persistent(persistent).execute(&mut *self.tx).await?.rows_affected();
         self.staged |= staged > 0;
         Ok(staged)
     }
@@ -154,12 +158,18 @@ impl SqliteIngestWriter {
         // transaction): its job's counters move once per job here, not once per request.
         crate::pause_counters(&mut self.tx, true).await?;
         sqlx::query(COUNT_STAGED).execute(&mut *self.tx).await?;
+        // `OR FAIL`: a statement that may stop halfway (a CHECK or NOT NULL failing) makes
+        // SQLite copy every page it changes to a statement journal first, so that it can undo
+        // just that statement. One that fails here fails the whole ingest, which is rolled
+        // back, so it may keep what it did before failing, and writes no journal (12 MB a
+        // tranche of 50,000). It changes no column a foreign key names: an immediate foreign
+        // key needs the journal whatever the statement says.
         // `id IN (SELECT ...)` walks the staged ids in order and seeks each row; an
         // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
         // The staged values come in one row value: one lookup of the staged row, not one per
         // column.
         sqlx::query(
-            "UPDATE requests SET state = 'succeeded', error = NULL, not_before = 0, finished_at = ?,
+            "UPDATE OR FAIL requests SET state = 'succeeded', error = NULL, not_before = 0, finished_at = ?,
                 (attempts, input_tokens, output_tokens, output_object, output_offset, output_length) =
                     (SELECT attempt, input_tokens, output_tokens, output_object, output_offset,
                             output_length
