@@ -69,9 +69,10 @@ impl Engine {
         /// Successful lines recorded per call; failures are few and kept until the end. A
         /// store finds a call's requests together, and the more a call holds the closer
         /// together they lie (SQLite at a tranche of 50,000: 13 µs a line at 512, 5.6 at
-        /// 4,096; finding 100,000 requests took 0.33-0.36 s at 4,096 and 0.27-0.30 at
-        /// 16,384); 16,384 lines are about 4 MB.
-        const SUCCESS_CHUNK: usize = 16384;
+        /// 4,096); 4,096 lines are about 1 MB. (At 16,384 staging 100,000 results took 0.27-0.30
+        /// s against 0.33-0.36, but peak RSS at 1,000,000 requests rose from 41 to 47 MB, past
+        /// 1.2 times the 36 MB of 10,000.)
+        const SUCCESS_CHUNK: usize = 4096;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
         let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
         let mut failures = Vec::new();
