@@ -145,9 +145,10 @@ impl SqliteIngestWriter {
         let mut stage = QueryBuilder::<Sqlite>::new("");
         self.texts |= push_stage(&mut stage, self.seq, chunk);
         // Not kept prepared, though a full chunk's statement is the same text every time: kept,
-        // staging 100,000 results took 0.33-0.36 s against 0.47-0.62, but the prepared
-        // statement (512 rows of 14 values) raised peak RSS by 3 MB at 100,000 requests and 1
-        // at 10,000, and peak RSS at 1,000,000 must stay within 1.2 times that of 10,000.
+        // staging 100,000 results took 0.33-0.36 s against 0.47-0.62, but a build that kept it
+        // peaked 3 MB higher at 100,000 requests, and peak RSS at 1,000,000 must stay within
+        // 1.2 times that of 10,000. (Builds without it later peaked 1-2 MB higher too, so
+        // what the statement itself holds is not settled.)
         let staged = stage.build().persistent(false).execute(&mut *self.tx).await?.rows_affected();
         self.staged |= staged > 0;
         Ok(staged)
