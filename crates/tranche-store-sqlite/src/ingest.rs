@@ -170,6 +170,7 @@ impl SqliteIngestWriter {
         // back, so it may keep what it did before failing, and writes no journal (12 MB a
         // tranche of 50,000). It changes no column a foreign key names: an immediate foreign
         // key needs the journal whatever the statement says.
+        //
         // `id IN (SELECT ...)` walks the staged ids in order and seeks each row; an
         // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
         // The staged values come in one row value: one lookup of the staged row, not one per
