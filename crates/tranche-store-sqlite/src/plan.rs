@@ -47,7 +47,7 @@ impl PlanStore for SqliteStore {
         // The page comes back as one JSON value (`pages`), not row by row.
         let row = sqlx::query(
             "SELECT json_group_array(json_array(id, wire_bytes, wire_id, est_tokens, job_id,
-                                                max_cost) ORDER BY id),
+                                                max_cost)),
                     MAX(id), COUNT(*)
              FROM (SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
                    WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ?
@@ -72,7 +72,7 @@ impl PlanStore for SqliteStore {
         .bind(i64::from(limit))
         .fetch_one(&self.pool)
         .await?;
-        Page::from_row(&row)?
+        Page::from_row(&row, 0)?
             .rows
             .iter()
             .map(|row| {

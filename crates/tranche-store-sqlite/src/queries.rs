@@ -144,7 +144,7 @@ async fn results_page(
     let row = sqlx::query(
         "SELECT json_group_array(json_array(id, custom_id, wire_id, tranche_id, state, output,
                     error, output_object, output_offset, output_length, cached, attempts,
-                    max_attempts, input_tokens, output_tokens, endpoint) ORDER BY id),
+                    max_attempts, input_tokens, output_tokens, endpoint)),
                 MAX(id), COUNT(*)
          FROM (SELECT r.id, r.custom_id, r.wire_id, t.id AS tranche_id, r.state, o.output,
                       r.error, r.output_object, r.output_offset, r.output_length, r.cached,
@@ -160,5 +160,5 @@ async fn results_page(
     .bind(PAGE_ROWS)
     .fetch_one(&mut **tx)
     .await?;
-    Page::from_row(&row)
+    Page::from_row(&row, 0)
 }

@@ -223,7 +223,7 @@ fn dense_input(
     let read = move |mut tx: Transaction<'static, Sqlite>, after| async move {
         let row = sqlx::query(
             "SELECT json_group_array(json_array(wire_id, endpoint, body, body_object,
-                            body_offset, body_length, job_id) ORDER BY id),
+                            body_offset, body_length, job_id, id)),
                         MAX(id), COUNT(*)
                  FROM (SELECT r.id, r.wire_id, r.endpoint, b.body, j.body_object, r.body_offset,
                               r.body_length, r.job_id
@@ -239,7 +239,7 @@ fn dense_input(
         .bind(PAGE_ROWS)
         .fetch_one(&mut *tx)
         .await?;
-        Ok((tx, Page::from_row(&row)?))
+        Ok((tx, Page::from_row(&row, 7)?))
     };
     read_pages(tx, after, read, input_line_from_row)
 }
