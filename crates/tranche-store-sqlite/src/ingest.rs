@@ -276,9 +276,10 @@ impl SqliteIngestWriter {
 /// Pushes the statement that stages the successes of `chunk`, lines of the tranche numbered
 /// `seq` sorted by wire id: SQL finds their requests (no request row comes back to this side),
 /// looked up in `requests_by_tranche` line by line in that order (`CROSS JOIN` keeps the lines
-/// as the outer loop), so that one call's chunks walk the index forwards. A request staged
-/// already (by an earlier line with its wire id) stays as it was staged. Returns whether any
-/// line carries its output as text.
+/// as the outer loop), so that one call's chunks walk the index forwards. The index holds what
+/// staging needs of a request (its id, that it is queued, its attempts): no request row is
+/// read here. A request staged already (by an earlier line with its wire id) stays as it was
+/// staged. Returns whether any line carries its output as text.
 fn push_stage(stage: &mut QueryBuilder<Sqlite>, seq: i64, chunk: &[Success]) -> bool {
     stage.push(
         "INSERT OR IGNORE INTO temp.ingest_staged
@@ -447,7 +448,7 @@ mod tests {
     use super::*;
 
     /// Staging walks the lines and looks each one's request up in `requests_by_tranche` by
-    /// tranche and wire id: never a scan of `requests`.
+    /// tranche and wire id, from the index alone: never a scan of `requests`, nor its rows.
     #[tokio::test]
     async fn staging_looks_each_lines_request_up_in_the_tranche_index() {
         let dir = tempfile::tempdir().unwrap();
@@ -476,7 +477,7 @@ mod tests {
         assert_eq!(requests.len(), 1, "{plan:?}");
         assert!(
             requests[0].starts_with(
-                "SEARCH r USING INDEX requests_by_tranche (tranche_seq=? AND wire_id=?)"
+                "SEARCH r USING COVERING INDEX requests_by_tranche (tranche_seq=? AND wire_id=?)"
             ),
             "{plan:?}"
         );

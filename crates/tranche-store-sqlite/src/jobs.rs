@@ -258,7 +258,8 @@ impl JobStore for SqliteStore {
     async fn job_live_tranches(&self, id: JobId) -> StoreResult<Vec<(TrancheRecord, bool)>> {
         let rows = sqlx::query(
             "SELECT t.*, NOT EXISTS (SELECT 1 FROM requests o
-                                     WHERE o.tranche_seq = t.seq AND o.job_id <> ?1) AS exclusive
+                                     WHERE o.tranche_seq = t.seq AND o.state = 'queued'
+                                       AND o.job_id <> ?1) AS exclusive
              FROM tranches t
              WHERE t.state NOT IN ('done', 'failed')
                AND t.seq IN (SELECT DISTINCT tranche_seq FROM requests

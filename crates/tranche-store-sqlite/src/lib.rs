@@ -127,6 +127,11 @@ fn migrator() -> Migrator {
             "tranche numbers",
             include_str!("../migrations/sqlite/0023_tranche_numbers.sql"),
         ),
+        migration(
+            24,
+            "in-flight tranche index",
+            include_str!("../migrations/sqlite/0024_in_flight_tranche_index.sql"),
+        ),
     ])
 }
 

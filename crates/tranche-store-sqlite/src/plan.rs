@@ -321,8 +321,8 @@ impl PlanStore for SqliteStore {
         }
         sqlx::query(
             "UPDATE jobs SET n_pending = n_pending - c.n, n_queued = n_queued + c.n
-             FROM (SELECT job_id, COUNT(*) AS n FROM requests WHERE tranche_seq = ?
-                   GROUP BY job_id) AS c
+             FROM (SELECT job_id, COUNT(*) AS n FROM requests
+                   WHERE tranche_seq = ? AND state = 'queued' GROUP BY job_id) AS c
              WHERE jobs.id = c.job_id",
         )
         .bind(seq)
@@ -336,7 +336,7 @@ impl PlanStore for SqliteStore {
             .await?;
         sqlx::query(
             "INSERT OR IGNORE INTO job_tranches (job_id, tranche_id)
-             SELECT DISTINCT job_id, ? FROM requests WHERE tranche_seq = ?",
+             SELECT DISTINCT job_id, ? FROM requests WHERE tranche_seq = ? AND state = 'queued'",
         )
         .bind(&id)
         .bind(seq)

@@ -61,7 +61,8 @@ impl TrancheStore for SqliteStore {
             let (seq, first, last, count): (Option<i64>, Option<i64>, Option<i64>, i64) =
                 sqlx::query_as(
                     "SELECT t.seq, MIN(r.id), MAX(r.id), COUNT(r.id)
-                     FROM tranches AS t LEFT JOIN requests AS r ON r.tranche_seq = t.seq
+                     FROM tranches AS t
+                          LEFT JOIN requests AS r ON r.tranche_seq = t.seq AND r.state = 'queued'
                      WHERE t.id = ?",
                 )
                 .bind(&tranche)
