@@ -132,6 +132,7 @@ fn migrator() -> Migrator {
             "in-flight tranche index",
             include_str!("../migrations/sqlite/0024_in_flight_tranche_index.sql"),
         ),
+        migration(25, "custom id key", include_str!("../migrations/sqlite/0025_custom_id_key.sql")),
     ])
 }
 
@@ -466,5 +467,92 @@ mod tests {
         let stray =
             sqlx::query("UPDATE requests SET tranche_seq = 99 WHERE id = 3").execute(&pool).await;
         assert!(stray.is_err(), "a request names a tranche that is not there");
+    }
+
+    /// A database at migration 24 keeps every request, attempt, body and output, with every
+    /// foreign key whole, through the move of the unique key to `(custom_id, job_id)`; a custom
+    /// id stays unique within its job only, and the counters still follow the requests.
+    #[tokio::test]
+    async fn the_custom_id_key_keeps_every_row_and_stays_unique_within_a_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = migrated_to(&dir, 24).await;
+        for sql in [
+            "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at,
+                               n_pending, n_queued)
+             VALUES ('job_1', 'openai', 'running', '{}', 2, 1, 1, 1, 1),
+                    ('job_2', 'openai', 'running', '{}', 1, 1, 1, 1, 0)",
+            "INSERT INTO tranches (id, seq, provider, endpoint, model, state, request_count, bytes,
+                                   created_at, updated_at)
+             VALUES ('tr_a', 1, 'openai', '/v1/chat/completions', 'm', 'submitted', 1, 10, 1, 1)",
+            "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
+                                   wire_bytes, input_hash, state, tranche_seq, attempts,
+                                   max_attempts, est_tokens, accepted_at)
+             VALUES (1, 'job_1', 1, 'a', 'a', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                     'queued', 1, 1, 3, 1, 1),
+                    (2, 'job_1', 2, 'b', 'b', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                     'pending', NULL, 0, 3, 1, 1),
+                    (3, 'job_2', 1, 'a', 'a', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                     'pending', NULL, 0, 3, 1, 1)",
+            "INSERT INTO attempts (request_id, attempt, tranche_seq, outcome, created_at)
+             VALUES (1, 1, 1, 'expired', 5)",
+            "INSERT INTO request_bodies (request_id, body) VALUES (2, '{\"x\":2}')",
+            "INSERT INTO request_outputs (request_id, output) VALUES (1, '{\"ok\":1}')",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        migrator().run(&pool).await.unwrap();
+        let rows: Vec<(i64, String, String, Option<i64>)> =
+            sqlx::query_as("SELECT id, job_id, custom_id, tranche_seq FROM requests ORDER BY id")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (1, "job_1".into(), "a".into(), Some(1)),
+                (2, "job_1".into(), "b".into(), None),
+                (3, "job_2".into(), "a".into(), None)
+            ]
+        );
+        let kept: (i64, String, String) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM attempts WHERE request_id = 1 AND tranche_seq = 1),
+                    (SELECT body FROM request_bodies WHERE request_id = 2),
+                    (SELECT output FROM request_outputs WHERE request_id = 1)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(kept, (1, r#"{"x":2}"#.into(), r#"{"ok":1}"#.into()));
+        let broken: Vec<sqlx::sqlite::SqliteRow> =
+            sqlx::query("PRAGMA foreign_key_check").fetch_all(&pool).await.unwrap();
+        assert!(broken.is_empty(), "{} rows point nowhere", broken.len());
+        let insert = |id: i64, job: &'static str| {
+            sqlx::query(
+                "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint,
+                                       model, wire_bytes, input_hash, state, max_attempts,
+                                       est_tokens, accepted_at)
+                 VALUES (?, ?, 9, 'b', 'b', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                         'pending', 3, 1, 1)",
+            )
+            .bind(id)
+            .bind(job)
+            .execute(&pool)
+        };
+        let duplicate = insert(4, "job_1").await.unwrap_err();
+        assert!(
+            duplicate.as_database_error().is_some_and(|e| e.is_unique_violation()),
+            "{duplicate}"
+        );
+        insert(4, "job_2").await.expect("one custom id in two jobs");
+        sqlx::query("UPDATE requests SET state = 'succeeded' WHERE id = 1")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let counts: (i64, i64) =
+            sqlx::query_as("SELECT n_queued, n_succeeded FROM jobs WHERE id = 'job_1'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(counts, (0, 1));
     }
 }

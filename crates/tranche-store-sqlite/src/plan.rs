@@ -94,7 +94,8 @@ impl PlanStore for SqliteStore {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<EarlierAnswer>> {
-        // Each waiting request looks its identity up in `requests_identity`; the outer query
+        // Each waiting request looks its custom id up in the unique key `(custom_id, job_id)`,
+        // checking the input hash on the rows it finds; the outer query
         // pages in request id order. Only an answer that
         // passed the same check and is not waiting for review is given.
         let rows = sqlx::query(
@@ -303,7 +304,8 @@ impl PlanStore for SqliteStore {
         .bind(tranche.created_at)
         .fetch_one(&mut *tx)
         .await?;
-        let ids = crate::json_list("request ids", request_ids)?;
+        // Bound three times below, shared rather than copied.
+        let ids: std::sync::Arc<str> = crate::json_list("request ids", request_ids)?.into();
         // The claimed requests' jobs are counted once each below, not once per request.
         crate::pause_counters(&mut tx, true).await?;
         let claimed = sqlx::query(
@@ -311,7 +313,7 @@ impl PlanStore for SqliteStore {
              WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",
         )
         .bind(seq)
-        .bind(ids)
+        .bind(std::sync::Arc::clone(&ids))
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -319,12 +321,18 @@ impl PlanStore for SqliteStore {
             // Dropping the transaction rolls the empty tranche (and the pause) back.
             return Ok(Some(0));
         }
+        // The claimed rows are read again by id, in id order, as the claim wrote them (`+`
+        // keeps SQLite from finding them through `requests_by_tranche` instead: in wire-id
+        // order, at random among the rows when keys do not follow input order).
         sqlx::query(
             "UPDATE jobs SET n_pending = n_pending - c.n, n_queued = n_queued + c.n
              FROM (SELECT job_id, COUNT(*) AS n FROM requests
-                   WHERE tranche_seq = ? AND state = 'queued' GROUP BY job_id) AS c
+                   WHERE id IN (SELECT value FROM json_each(?1)) AND +tranche_seq = ?2
+                     AND state = 'queued'
+                   GROUP BY job_id) AS c
              WHERE jobs.id = c.job_id",
         )
+        .bind(std::sync::Arc::clone(&ids))
         .bind(seq)
         .execute(&mut *tx)
         .await?;
@@ -336,9 +344,12 @@ impl PlanStore for SqliteStore {
             .await?;
         sqlx::query(
             "INSERT OR IGNORE INTO job_tranches (job_id, tranche_id)
-             SELECT DISTINCT job_id, ? FROM requests WHERE tranche_seq = ? AND state = 'queued'",
+             SELECT DISTINCT job_id, ?1 FROM requests
+             WHERE id IN (SELECT value FROM json_each(?2)) AND +tranche_seq = ?3
+               AND state = 'queued'",
         )
         .bind(&id)
+        .bind(ids)
         .bind(seq)
         .execute(&mut *tx)
         .await?;
