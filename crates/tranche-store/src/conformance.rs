@@ -1252,6 +1252,29 @@ pub async fn racing_claims_never_overlap(store: &dyn Store) {
     assert_eq!(store.job_counts(job).await.unwrap().queued, 200);
 }
 
+/// A claim counts and links its requests' jobs whether its ids lie close together or far
+/// apart (requests sent again sit among others), and claims nothing twice.
+pub async fn claims_count_their_jobs_whether_ids_are_close_or_far_apart(store: &dyn Store) {
+    let first = add_job(store, 40, "m").await;
+    // The same custom ids with other input: not twins, so none waits for the other's.
+    let second = add_job_as(store, 40, "m", new_job(), "01").await;
+    let ids = pending_ids(store, "m").await;
+    assert_eq!(ids.len(), 80);
+    // Far apart: the first and last of each job, spanning all 80.
+    let far = [ids[0], ids[39], ids[40], ids[79]];
+    let tranche = NewTranche { created_at: 1, ..new_tranche(ProviderKind::Openai, "m") };
+    assert_eq!(create_tranche(store, &tranche, &far).await, Some(4));
+    // Close together: ten of the first job, one of them claimed already.
+    let close: Vec<i64> = ids[..10].to_vec();
+    let again = NewTranche { created_at: 2, ..new_tranche(ProviderKind::Openai, "m") };
+    assert_eq!(create_tranche(store, &again, &close).await, Some(9));
+    let (a, b) = (store.job_counts(first).await.unwrap(), store.job_counts(second).await.unwrap());
+    assert_eq!((a.queued, a.pending, b.queued, b.pending), (11, 29, 2, 38));
+    let planned = |job| async move { store.job_tranche_counts(job).await.unwrap() };
+    assert_eq!(planned(first).await, [(TrancheState::Planned, 2)]);
+    assert_eq!(planned(second).await, [(TrancheState::Planned, 1)]);
+}
+
 /// A tranche's results ingested a second time (a restarted engine reading the same raw file)
 /// change nothing: every request already has its result.
 pub async fn ingest_repeated_changes_nothing(store: &dyn Store) {
@@ -1730,6 +1753,7 @@ macro_rules! store_conformance {
             one_engine_at_a_time_plans_and_a_lapsed_planner_claims_nothing,
             a_job_that_ended_stays_as_it_ended,
             racing_claims_never_overlap,
+            claims_count_their_jobs_whether_ids_are_close_or_far_apart,
             ingest_repeated_changes_nothing,
             earlier_answers_match_custom_id_and_input_hash,
             pruning_removes_rows_keeps_summaries_and_sees_who_still_reads_raw_files,
