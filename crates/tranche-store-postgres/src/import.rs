@@ -14,7 +14,7 @@ use crate::PgStore;
 
 /// The SQLite schema this copier reads: the last of the SQLite store's migrations, whose
 /// tables PostgreSQL's schema mirrors (indexes differ).
-const SQLITE_SCHEMA: i64 = 25;
+const SQLITE_SCHEMA: i64 = 24;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;

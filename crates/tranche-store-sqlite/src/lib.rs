@@ -127,12 +127,7 @@ fn migrator() -> Migrator {
             "tranche numbers",
             include_str!("../migrations/sqlite/0023_tranche_numbers.sql"),
         ),
-        migration(
-            24,
-            "in-flight tranche index",
-            include_str!("../migrations/sqlite/0024_in_flight_tranche_index.sql"),
-        ),
-        migration(25, "custom id key", include_str!("../migrations/sqlite/0025_custom_id_key.sql")),
+        migration(24, "custom id key", include_str!("../migrations/sqlite/0024_custom_id_key.sql")),
     ])
 }
 
@@ -469,13 +464,13 @@ mod tests {
         assert!(stray.is_err(), "a request names a tranche that is not there");
     }
 
-    /// A database at migration 24 keeps every request, attempt, body and output, with every
+    /// A database at migration 23 keeps every request, attempt, body and output, with every
     /// foreign key whole, through the move of the unique key to `(custom_id, job_id)`; a custom
     /// id stays unique within its job only, and the counters still follow the requests.
     #[tokio::test]
     async fn the_custom_id_key_keeps_every_row_and_stays_unique_within_a_job() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = migrated_to(&dir, 24).await;
+        let pool = migrated_to(&dir, 23).await;
         for sql in [
             "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at,
                                n_pending, n_queued)

@@ -95,9 +95,9 @@ impl PlanStore for SqliteStore {
         limit: u32,
     ) -> StoreResult<Vec<EarlierAnswer>> {
         // Each waiting request looks its custom id up in the unique key `(custom_id, job_id)`,
-        // checking the input hash on the rows it finds; the outer query
-        // pages in request id order. Only an answer that
-        // passed the same check and is not waiting for review is given.
+        // checking the input hash on the rows it finds; the outer query pages in request id
+        // order. Only an answer that passed the same check and is not waiting for review is
+        // given.
         let rows = sqlx::query(
             "SELECT id, answered_by FROM (
                 SELECT r.id AS id,

@@ -7,8 +7,15 @@
 -- requests spent 2.25 s in that insert against 0.39 for keys in input order. One such index
 -- remains; `requests_by_job` grows at its end, as a job's ids rise. `requests` is rebuilt (a
 -- table's unique key cannot be dropped), with the tables that point at it, as in `0023`.
--- `requests_by_tranche` comes back holding each queued request's size on the wire as well, so
--- that a tranche's input size is summed from the index, not from rows read in wire-id order.
+--
+-- `requests_by_tranche` comes back holding only the requests waiting in a tranche (`state =
+-- 'queued'`), with their attempt count and size on the wire: ingest finds a result line's
+-- request, and the attempt it is, from the index alone, and a tranche's input size is summed
+-- from it. Before, staging read each line's request row too, in wire-id order a call at a
+-- time, so with keys in random order every call of 4,096 shuffled lines read the rows of the
+-- whole tranche again. A request leaves the index when its result is recorded, so the index
+-- stays the size of what is in flight. Every query that uses it names a tranche and
+-- `state = 'queued'`, which implies the index's condition.
 CREATE TABLE requests_new (
     id            INTEGER PRIMARY KEY,
     job_id        TEXT NOT NULL REFERENCES jobs (id),
