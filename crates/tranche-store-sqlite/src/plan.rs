@@ -323,8 +323,9 @@ impl PlanStore for SqliteStore {
         // The claimed rows are found again through `requests_by_tranche`, here and for
         // `job_tranches` below: in wire-id order, so at random among the rows when keys do not
         // follow input order (0.45 s of a 100,000-request run with such keys). Read by id
-        // instead, in id order, they took 0.04 s, but every run, at 10,000 requests as at
-        // 100,000, peaked about 2 MB higher, for reasons not settled.
+        // instead, in id order, they took 0.04 s, but those runs peaked about 2 MB higher, at
+        // 10,000 requests as at 100,000; one binary's peak has since been seen to move as much
+        // between sittings, so that wants measuring again over many interleaved runs.
         sqlx::query(
             "UPDATE jobs SET n_pending = n_pending - c.n, n_queued = n_queued + c.n
              FROM (SELECT job_id, COUNT(*) AS n FROM requests
