@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# tranche-bench/versus.sh: `tranche run` side by side with the baseline script
+# (`../shared/bench/py_reference.py`, or BASELINE=path) on the same input, against one
+# `tranche sim`, in one sitting: CPU seconds (user + system), wall seconds, peak RSS and how many
+# requests succeeded, for each run, then each side's mean and the ratio of the means.
+#
+#   crates/tranche-bench/versus.sh 100000            # 3 runs of each, alternating
+#   RUNS=5 SPEED=10000 crates/tranche-bench/versus.sh 1000000
+#   KEYS=random crates/tranche-bench/versus.sh 100000   # keys that do not follow input order
+#   TRANCHE=path/to/other/tranche crates/tranche-bench/versus.sh 100000
+#
+# Input lines are tranche lines (`{"key", "body"}`) of about 880 bytes, one gpt-4o-mini chat
+# request each, from a seeded generator: the same file for both sides and for every sitting.
+# The baseline runs in a virtualenv with the `openai` package, made under the work folder on
+# first use. Inputs and the virtualenv stay in VERSUS_DIR (default: target/bench-versus) for
+# the next sitting; each run's database and results are removed after it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+n="${1:?usage: versus.sh REQUESTS (e.g. 100000)}"
+runs="${RUNS:-3}"
+speed="${SPEED:-100000}"
+keys="${KEYS:-order}"
+dir="${VERSUS_DIR:-$PWD/target/bench-versus}"
+baseline="${BASELINE:-$PWD/../shared/bench/py_reference.py}"
+tranche="${TRANCHE:-$PWD/target/release/tranche}"
+
+[ -x /usr/bin/time ] || { echo "versus.sh: needs GNU time at /usr/bin/time" >&2; exit 1; }
+[ -f "$baseline" ] || { echo "versus.sh: no baseline script at $baseline (set BASELINE)" >&2; exit 1; }
+case "$keys" in order | random) ;; *) echo "versus.sh: KEYS is order or random" >&2; exit 1 ;; esac
+mkdir -p "$dir"
+if [ -z "${TRANCHE:-}" ]; then
+    cargo build --release -p tranche
+fi
+if [ ! -x "$dir/venv/bin/python" ]; then
+    python3 -m venv "$dir/venv"
+    "$dir/venv/bin/pip" install --quiet openai
+fi
+
+input="$dir/input-$n-$keys.jsonl"
+if [ ! -f "$input" ]; then
+    python3 - "$n" "$keys" "$input.part" <<'EOF'
+import json, random, sys
+n, keys, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rng = random.Random(7)
+words = "the of and to in is for on that with as by at from be this are an or it".split()
+with open(out, "w") as f:
+    for i in range(n):
+        text = " ".join(rng.choice(words) for _ in range(260))[:760]
+        key = "%016x" % rng.getrandbits(64) if keys == "random" else "k%07d" % i
+        body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}],
+                "max_tokens": 64}
+        f.write(json.dumps({"key": key, "body": body}) + "\n")
+EOF
+    mv "$input.part" "$input"
+fi
+
+work="$(mktemp -d "$dir/sitting.XXXXXX")"
+sim_pid=""
+cleanup() {
+    [ -n "$sim_pid" ] && kill "$sim_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The simulator on a free port, read back from its log.
+"$tranche" sim --port 0 --speed "$speed" --data-dir "$work/sim" >"$work/sim.log" 2>&1 &
+sim_pid=$!
+port=""
+for _ in $(seq 100); do
+    port="$(grep -o '127\.0\.0\.1:[0-9]*' "$work/sim.log" | head -1 | cut -d: -f2 || true)"
+    [ -n "$port" ] && break
+    sleep 0.1
+done
+[ -n "$port" ] || { echo "versus.sh: the simulator did not start:" >&2; cat "$work/sim.log" >&2; exit 1; }
+url="http://127.0.0.1:$port/v1"
+
+# One run in its own folder: "cpu wall rss_mb ok", from /usr/bin/time and the run's own
+# count of successes.
+run_script() {
+    local d="$1"
+    mkdir -p "$d"
+    /usr/bin/time -f "%e %U %S %M" -o "$d/time" "$dir/venv/bin/python" "$baseline" "$input" "$url" \
+        --db "$d/ref.db" >"$d/out" 2>"$d/err" || { cat "$d/err" >&2; exit 1; }
+    local ok
+    ok="$(tail -1 "$d/out" | python3 -c 'import json, sys; print(json.load(sys.stdin)["succeeded"])')"
+    report "$d" "$ok"
+}
+run_tranche() {
+    local d="$1"
+    mkdir -p "$d"
+    OPENAI_API_KEY=sk-versus /usr/bin/time -f "%e %U %S %M" -o "$d/time" "$tranche" run "$input" \
+        --data-dir "$d/data" --task ref --base-url "$url" --poll-interval 0.2 --out "$d/r.jsonl" \
+        >"$d/out" 2>"$d/err" || { cat "$d/err" >&2; exit 1; }
+    local ok
+    ok="$(grep -c '"status":"succeeded"' "$d/r.jsonl" || true)"
+    report "$d" "$ok"
+}
+report() {
+    local e u s m
+    read -r e u s m <"$1/time"
+    echo "$(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }') $e $((m / 1024)) $2"
+}
+
+echo "versus.sh: $n requests ($keys keys), $runs runs each, tranche sim --speed $speed"
+printf '%-8s %8s %8s %8s %10s\n' side cpu_s wall_s rss_mb succeeded
+script_cpu=()
+tranche_cpu=()
+for i in $(seq "$runs"); do
+    run_script "$work/script-$i" >"$work/line"
+    read -r c w m ok <"$work/line"
+    rm -rf "$work/script-$i"
+    printf '%-8s %8s %8s %8s %10s\n' script "$c" "$w" "$m" "$ok"
+    script_cpu+=("$c")
+    run_tranche "$work/tranche-$i" >"$work/line"
+    read -r c w m ok <"$work/line"
+    rm -rf "$work/tranche-$i"
+    printf '%-8s %8s %8s %8s %10s\n' tranche "$c" "$w" "$m" "$ok"
+    tranche_cpu+=("$c")
+done
+mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.2f", s / NR }'; }
+s="$(mean "${script_cpu[@]}")"
+t="$(mean "${tranche_cpu[@]}")"
+echo "mean CPU-s: script $s, tranche $t; script / tranche = $(awk -v s="$s" -v t="$t" 'BEGIN { printf "%.2f", s / t }')x"
