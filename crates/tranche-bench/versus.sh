@@ -75,6 +75,8 @@ done
 [ -n "$port" ] || { echo "versus.sh: the simulator did not start:" >&2; cat "$work/sim.log" >&2; exit 1; }
 url="http://127.0.0.1:$port/v1"
 
+# Each run's folder is removed and the disk synced before the next run starts, so that one
+# run's writeback does not land in the next one's time.
 # One run in its own folder: "cpu wall rss_mb ok", from /usr/bin/time and the run's own
 # count of successes.
 run_script() {
@@ -110,11 +112,13 @@ for i in $(seq "$runs"); do
     run_script "$work/script-$i" >"$work/line"
     read -r c w m ok <"$work/line"
     rm -rf "$work/script-$i"
+    sync
     printf '%-8s %8s %8s %8s %10s\n' script "$c" "$w" "$m" "$ok"
     script_cpu+=("$c")
     run_tranche "$work/tranche-$i" >"$work/line"
     read -r c w m ok <"$work/line"
     rm -rf "$work/tranche-$i"
+    sync
     printf '%-8s %8s %8s %8s %10s\n' tranche "$c" "$w" "$m" "$ok"
     tranche_cpu+=("$c")
 done
