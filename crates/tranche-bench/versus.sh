@@ -158,20 +158,22 @@ printf '%-8s %8s %8s %8s %10s %9s\n' side cpu_s wall_s rss_mb succeeded server_s
 script_cpu=()
 tranche_cpu=()
 server_cpu=()
-for i in $(seq "$runs"); do
-    run_script "$work/script-$i" >"$work/line"
-    read -r c w m ok _ <"$work/line"
-    rm -rf "$work/script-$i"
-    sync
-    printf '%-8s %8s %8s %8s %10s %9s\n' script "$c" "$w" "$m" "$ok" ""
-    script_cpu+=("$c")
-    run_tranche "$work/tranche-$i" >"$work/line"
+# Runs one side once in its own folder, prints its row and keeps its CPU seconds.
+run_side() {
+    local side="$1" d="$work/$1-$2" c w m ok server
+    "run_$side" "$d" >"$work/line"
     read -r c w m ok server <"$work/line"
-    rm -rf "$work/tranche-$i"
+    rm -rf "$d"
     sync
-    printf '%-8s %8s %8s %8s %10s %9s\n' tranche "$c" "$w" "$m" "$ok" "$server"
-    tranche_cpu+=("$c")
-    server_cpu+=("${server:-0}")
+    printf '%-8s %8s %8s %8s %10s %9s\n' "$side" "$c" "$w" "$m" "$ok" "${server:-}"
+    case "$side" in
+        script) script_cpu+=("$c") ;;
+        tranche) tranche_cpu+=("$c") server_cpu+=("${server:-0}") ;;
+    esac
+}
+for i in $(seq "$runs"); do
+    run_side script "$i"
+    run_side tranche "$i"
 done
 mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.2f", s / NR }'; }
 s="$(mean "${script_cpu[@]}")"
