@@ -90,8 +90,6 @@ if [ -z "$port" ]; then
 fi
 url="http://127.0.0.1:$port/v1"
 
-# Each run's folder is removed and the disk synced before the next run starts, so that one
-# run's writeback does not land in the next one's time.
 # One run in its own folder: "cpu wall rss_mb ok", from /usr/bin/time and the run's own
 # count of successes.
 run_script() {
@@ -158,7 +156,9 @@ printf '%-8s %8s %8s %8s %10s %9s\n' side cpu_s wall_s rss_mb succeeded server_s
 script_cpu=()
 tranche_cpu=()
 server_cpu=()
-# Runs one side once in its own folder, prints its row and keeps its CPU seconds.
+# Runs one side once in its own folder, prints its row and keeps its CPU seconds. The folder is
+# removed and the disk synced before the next run starts, so that one run's writeback does not
+# land in the next one's time.
 run_side() {
     local side="$1" d="$work/$1-$2" c w m ok server
     "run_$side" "$d" >"$work/line"
