@@ -6,82 +6,120 @@ use tranche_core::{RequestState, TokenUsage, TrancheId, TrancheState};
 use tranche_store::rows::*;
 use tranche_store::*;
 
+use crate::tranches::DENSE_SPAN;
 use crate::{INGEST_ROWS, SqliteStore};
 
-/// The columns a successful result line is staged with, in both temporary tables: its status,
-/// what it was billed, and where its output rests. A macro so that the statements stay string
-/// literals (`concat!`).
-macro_rules! result_columns {
-    () => {
-        "status_code   INTEGER NOT NULL,
-         model         TEXT,
-         input_tokens  INTEGER,
-         cached_input_tokens   INTEGER,
-         cache_write_5m_tokens INTEGER,
-         cache_write_1h_tokens INTEGER,
-         output_tokens INTEGER,
-         reasoning_tokens      INTEGER,
-         output_object TEXT,
-         output_offset INTEGER,
-         output_length INTEGER"
+// A success is written once, as its attempt (output range included), by a statement that
+// finds its request in SQL. Its request is filled from there when the writer needs the
+// requests as they stand (a failure to record, the unanswered, the commit): the statements
+// below walk the tranche's requests in id order, so that results that arrive shuffled still
+// rewrite the rows in order, and take those queued in this tranche that hold a succeeded
+// attempt in it. A request leaves `queued` when its result is recorded, so an attempt staged
+// is applied once. They walk one of two ways, chosen by how the tranche's ids lie:
+// - `dense`: the tranche's id range in rowid order (a claim takes pending requests in id
+//   order, so a tranche's ids nearly always form one run). `+r.tranche_seq` keeps SQLite off
+//   `requests_by_tranche`, which it may otherwise prefer.
+// - `sparse`: `requests_by_tranche` (requests sent again, spread thin over the ids); `+r.id`
+//   keeps SQLite off the rowid range.
+// Parameters: ?1 the tranche's number, ?2 and ?3 its first and last queued request id.
+macro_rules! answered {
+    (dense) => {
+        "r.id BETWEEN ?2 AND ?3 AND +r.tranche_seq = ?1 AND r.state = 'queued'"
+    };
+    (sparse) => {
+        "r.tranche_seq = ?1 AND r.state = 'queued' AND +r.id BETWEEN ?2 AND ?3"
     };
 }
 
-/// The staged successes of an ingest, keyed (and so sorted) by request id, until they are
-/// applied to `requests` in one pass in id order. Temporary: private to its connection.
-const CREATE_STAGED: &str = concat!(
-    "CREATE TEMP TABLE IF NOT EXISTS ingest_staged (
-        request_id    INTEGER PRIMARY KEY,
-        attempt       INTEGER NOT NULL,",
-    result_columns!(),
-    ", output_text TEXT)"
-);
-
-// The statements that read the staged successes with their requests walk the staged rows and
-// look each request up by id (`CROSS JOIN` fixes that order). Left to choose, SQLite may walk
-// the whole of `requests` through an index whose order serves the `GROUP BY` (it did through
-// the index on job and state, since dropped) and look each up among the staged: every ingest
-// then reads every request of every job, 186 ms against 25 for a tranche of 50,000 in a
-// database of 1,000,000.
-
-/// Moves the counters of the staged requests' jobs, once per job. (A macro, and
-/// [`BILL_STAGED`]'s too, so that a test can ask for their plans with `concat!`.)
-macro_rules! count_staged {
-    () => {
-        "UPDATE jobs SET n_queued = n_queued - d.n,
-        n_succeeded = n_succeeded + d.n, n_retried = n_retried + d.retried,
-        input_tokens = input_tokens + d.input, output_tokens = output_tokens + d.output
-     FROM (SELECT r.job_id, COUNT(*) AS n,
-                  SUM((s.attempt > 1) - (r.attempts > 1)) AS retried,
-                  SUM(COALESCE(s.input_tokens, 0) - COALESCE(r.input_tokens, 0)) AS input,
-                  SUM(COALESCE(s.output_tokens, 0) - COALESCE(r.output_tokens, 0)) AS output
-           FROM temp.ingest_staged AS s CROSS JOIN requests AS r ON r.id = s.request_id
-           WHERE r.state = 'queued'
-           GROUP BY r.job_id) AS d
-     WHERE jobs.id = d.job_id"
+/// Moves the counters of the jobs of the requests about to be answered, once per job.
+macro_rules! count_answered {
+    ($walk:tt) => {
+        concat!(
+            "UPDATE jobs SET n_queued = n_queued - d.n,
+                n_succeeded = n_succeeded + d.n, n_retried = n_retried + d.retried,
+                input_tokens = input_tokens + d.input, output_tokens = output_tokens + d.output
+             FROM (SELECT r.job_id, COUNT(*) AS n,
+                          SUM((a.attempt > 1) - (r.attempts > 1)) AS retried,
+                          SUM(COALESCE(a.input_tokens, 0) - COALESCE(r.input_tokens, 0)) AS input,
+                          SUM(COALESCE(a.output_tokens, 0) - COALESCE(r.output_tokens, 0)) AS output
+                   FROM requests AS r
+                        CROSS JOIN attempts AS a ON a.request_id = r.id AND a.tranche_seq = ?1
+                   WHERE ",
+            answered!($walk),
+            " AND a.outcome = 'succeeded'
+                   GROUP BY r.job_id) AS d
+             WHERE jobs.id = d.job_id"
+        )
     };
 }
-const COUNT_STAGED: &str = count_staged!();
 
-macro_rules! bill_staged {
-    () => {
+/// Adds what the requests about to be answered were billed to the usage ledger, by job and
+/// model (?4 the tranche's provider, ?5 the day).
+macro_rules! bill_answered {
+    ($walk:tt) => {
         concat!(
             "INSERT INTO usage_totals
-        (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
-         cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
-     SELECT r.job_id, 'billed', ?, s.model, ?, COUNT(*), SUM(s.input_tokens),
-            SUM(s.cached_input_tokens), SUM(s.cache_write_5m_tokens),
-            SUM(s.cache_write_1h_tokens), SUM(s.output_tokens), SUM(s.reasoning_tokens)
-     FROM temp.ingest_staged AS s CROSS JOIN requests AS r ON r.id = s.request_id
-     WHERE s.model IS NOT NULL
-     GROUP BY r.job_id, s.model
-     ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
+                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
+             SELECT r.job_id, 'billed', ?4, a.model, ?5, COUNT(*), SUM(a.input_tokens),
+                    SUM(a.cached_input_tokens), SUM(a.cache_write_5m_tokens),
+                    SUM(a.cache_write_1h_tokens), SUM(a.output_tokens), SUM(a.reasoning_tokens)
+             FROM requests AS r
+                  CROSS JOIN attempts AS a ON a.request_id = r.id AND a.tranche_seq = ?1
+             WHERE ",
+            answered!($walk),
+            " AND a.outcome = 'succeeded' AND a.model IS NOT NULL
+             GROUP BY r.job_id, a.model
+             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
             usage_add!()
         )
     };
 }
-/// Adds what the staged successes were billed to the usage ledger, by job and model.
-const BILL_STAGED: &str = bill_staged!();
+
+/// Ends the requests answered `succeeded`, each with its attempt's count, tokens and output
+/// range (?4 when they finished).
+///
+/// `OR FAIL`: a statement that may stop halfway (a CHECK or NOT NULL failing) makes SQLite
+/// copy every page it changes to a statement journal first, so that it can undo just that
+/// statement. One that fails here fails the whole ingest, which is rolled back, so it may keep
+/// what it did before failing, and writes no journal (12 MB a tranche of 50,000). It changes
+/// no column a foreign key names: an immediate foreign key needs the journal whatever the
+/// statement says. Each request's attempt is looked up once, by its key (`+r.id`: the requests
+/// are the outer loop, as in the statements before, not the attempts in the same id range).
+macro_rules! apply_answered {
+    ($walk:tt) => {
+        concat!(
+            "UPDATE OR FAIL requests AS r SET state = 'succeeded', error = NULL, not_before = 0,
+                finished_at = ?4, attempts = a.attempt, input_tokens = a.input_tokens,
+                output_tokens = a.output_tokens, output_object = a.output_object,
+                output_offset = a.output_offset, output_length = a.output_length
+             FROM attempts AS a
+             WHERE ",
+            answered!($walk),
+            " AND a.request_id = +r.id AND a.tranche_seq = ?1 AND a.outcome = 'succeeded'"
+        )
+    };
+}
+
+/// The statements that answer the staged successes, walking the requests one way.
+#[derive(Debug)]
+struct Answer {
+    count: &'static str,
+    bill: &'static str,
+    apply: &'static str,
+}
+
+const DENSE: Answer = Answer {
+    count: count_answered!(dense),
+    bill: bill_answered!(dense),
+    apply: apply_answered!(dense),
+};
+
+const SPARSE: Answer = Answer {
+    count: count_answered!(sparse),
+    bill: bill_answered!(sparse),
+    apply: apply_answered!(sparse),
+};
 
 #[async_trait::async_trait]
 impl IngestStore for SqliteStore {
@@ -91,25 +129,41 @@ impl IngestStore for SqliteStore {
         held: Held,
     ) -> StoreResult<Box<dyn IngestWriter>> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(CREATE_STAGED).execute(&mut *tx).await?;
-        sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *tx).await?;
-        // A tranche that is not there has no requests to record (and its move fails).
-        let (provider, seq, claimed): (String, i64, i64) =
-            sqlx::query_as("SELECT provider, seq, request_count FROM tranches WHERE id = ?")
-                .bind(tranche.to_string())
-                .fetch_optional(&mut *tx)
-                .await?
-                .unwrap_or_default();
+        // Foreign keys are checked at the commit (this transaction's end), so that no statement
+        // of the ingest can fail halfway on one: the successes' insert, `OR IGNORE`, then
+        // writes no statement journal.
+        sqlx::query("PRAGMA defer_foreign_keys = ON").execute(&mut *tx).await?;
+        // A tranche that is not there has no requests to record (and its move fails). The
+        // ids of its queued requests are read from `requests_by_tranche` alone.
+        let (provider, seq, claimed, first, last, queued): (
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            i64,
+        ) = sqlx::query_as(
+            "SELECT t.provider, t.seq, t.request_count, MIN(r.id), MAX(r.id), COUNT(r.id)
+             FROM tranches AS t
+                  LEFT JOIN requests AS r ON r.tranche_seq = t.seq AND r.state = 'queued'
+             WHERE t.id = ?",
+        )
+        .bind(tranche.to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+        let (first, last) = (first.unwrap_or(0), last.unwrap_or(-1));
+        let answer = if last - first < DENSE_SPAN * queued { &DENSE } else { &SPARSE };
         Ok(Box::new(SqliteIngestWriter {
             tx,
-            provider,
+            provider: provider.unwrap_or_default(),
             tranche: tranche.to_string(),
-            seq,
-            claimed: to_u64(claimed),
+            seq: seq.unwrap_or_default(),
+            claimed: to_u64(claimed.unwrap_or_default()),
             moved: 0,
             held,
+            ids: (first, last),
+            answer,
             staged: false,
-            texts: false,
             finished_at: 0,
         }))
     }
@@ -130,20 +184,23 @@ pub(crate) struct SqliteIngestWriter {
     /// The tranche's provider, under which its usage is counted.
     provider: String,
     held: Held,
-    /// Successes are staged and not yet applied to `requests`.
+    /// The first and last id of the requests queued in the tranche when the writer began:
+    /// every request it can answer lies between.
+    ids: (i64, i64),
+    /// How the statements that answer staged successes walk the tranche's requests.
+    answer: &'static Answer,
+    /// Successes are written as attempts and their requests not yet answered.
     staged: bool,
-    /// Some staged success carries its output as text.
-    texts: bool,
     /// When the staged successes were recorded.
     finished_at: i64,
 }
 
 impl SqliteIngestWriter {
-    /// Stages the successes of one chunk of lines (see [`push_stage`]). Returns how many
-    /// requests were staged.
+    /// Writes the successes of one chunk of lines as attempts (see [`push_stage`]), and the
+    /// outputs among them given as text. Returns how many requests were staged.
     async fn stage_chunk(&mut self, chunk: &[Success]) -> StoreResult<u64> {
         let mut stage = QueryBuilder::<Sqlite>::new("");
-        self.texts |= push_stage(&mut stage, self.seq, chunk);
+        push_stage(&mut stage, self.seq, self.finished_at, chunk);
         // Not kept prepared, though a full chunk's statement is the same text every time: kept,
         // staging 100,000 results took 0.33-0.36 s against 0.47-0.62, but a build that kept it
         // peaked 3 MB higher at 100,000 requests, and peak RSS at 1,000,000 must stay within
@@ -151,78 +208,50 @@ impl SqliteIngestWriter {
         // what the statement itself holds is not settled.)
         let staged = stage.build().persistent(false).execute(&mut *self.tx).await?.rows_affected();
         self.staged |= staged > 0;
+        if staged > 0 && chunk.iter().any(|line| matches!(line.output, OutputRef::Text(_))) {
+            let mut texts = QueryBuilder::<Sqlite>::new("");
+            push_texts(&mut texts, self.seq, chunk);
+            texts.build().persistent(false).execute(&mut *self.tx).await?;
+        }
         Ok(staged)
     }
 
-    /// Applies the staged successes to `requests` and `attempts`, in request id order.
+    /// Answers the requests whose successes are staged: their jobs' counters, the usage
+    /// ledger, then the requests themselves, each a pass in id order.
     async fn apply_staged(&mut self) -> StoreResult<()> {
-        let at = self.finished_at;
         if !self.staged {
             return Ok(());
         }
-        // Every staged request is queued in this tranche (staged as such, in this
-        // transaction): its job's counters move once per job here, not once per request.
+        let (first, last) = self.ids;
+        // Every request answered here is queued in this tranche: its job's counters move
+        // once per job here, not once per request.
         crate::pause_counters(&mut self.tx, true).await?;
-        sqlx::query(COUNT_STAGED).execute(&mut *self.tx).await?;
-        // `OR FAIL`: a statement that may stop halfway (a CHECK or NOT NULL failing) makes
-        // SQLite copy every page it changes to a statement journal first, so that it can undo
-        // just that statement. One that fails here fails the whole ingest, which is rolled
-        // back, so it may keep what it did before failing, and writes no journal (12 MB a
-        // tranche of 50,000). It changes no column a foreign key names: an immediate foreign
-        // key needs the journal whatever the statement says.
-        //
-        // `id IN (SELECT ...)` walks the staged ids in order and seeks each row; an
-        // `UPDATE ... FROM` the staging table may be planned as a scan of all of `requests`.
-        // The staged values come in one row value: one lookup of the staged row, not one per
-        // column.
-        let applied = sqlx::query(
-            "UPDATE OR FAIL requests SET state = 'succeeded', error = NULL, not_before = 0, finished_at = ?,
-                (attempts, input_tokens, output_tokens, output_object, output_offset, output_length) =
-                    (SELECT attempt, input_tokens, output_tokens, output_object, output_offset,
-                            output_length
-                     FROM temp.ingest_staged AS s WHERE s.request_id = requests.id)
-             WHERE id IN (SELECT request_id FROM temp.ingest_staged) AND state = 'queued'",
-        )
-        .bind(at)
-        .execute(&mut *self.tx)
-        .await?;
+        sqlx::query(self.answer.count)
+            .bind(self.seq)
+            .bind(first)
+            .bind(last)
+            .execute(&mut *self.tx)
+            .await?;
+        // Each is a new attempt, counted here once; the transaction commits with the
+        // tranche's move or not at all.
+        sqlx::query(self.answer.bill)
+            .bind(self.seq)
+            .bind(first)
+            .bind(last)
+            .bind(&self.provider)
+            .bind(day_of(self.finished_at))
+            .execute(&mut *self.tx)
+            .await?;
+        let applied = sqlx::query(self.answer.apply)
+            .bind(self.seq)
+            .bind(first)
+            .bind(last)
+            .bind(self.finished_at)
+            .execute(&mut *self.tx)
+            .await?;
         self.moved += applied.rows_affected();
         crate::pause_counters(&mut self.tx, false).await?;
-        if self.texts {
-            // Outputs given as text (not by reference) are kept in the database.
-            sqlx::query(
-                "INSERT OR IGNORE INTO request_outputs (request_id, output)
-                 SELECT request_id, output_text FROM temp.ingest_staged
-                 WHERE output_text IS NOT NULL",
-            )
-            .execute(&mut *self.tx)
-            .await?;
-        }
-        sqlx::query(
-            "INSERT INTO attempts (request_id, attempt, tranche_seq, outcome, status_code, created_at,
-                                   model, input_tokens, cached_input_tokens, cache_write_5m_tokens,
-                                   cache_write_1h_tokens, output_tokens, reasoning_tokens)
-             SELECT request_id, attempt, ?, 'succeeded', status_code, ?, model, input_tokens,
-                    cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
-                    output_tokens, reasoning_tokens
-             FROM temp.ingest_staged
-             WHERE true
-             ON CONFLICT (request_id, tranche_seq) DO NOTHING",
-        )
-        .bind(self.seq)
-        .bind(at)
-        .execute(&mut *self.tx)
-        .await?;
-        // Every staged request was queued in this tranche, so each is a new attempt, counted
-        // here once; the transaction commits with the tranche's move or not at all.
-        sqlx::query(BILL_STAGED)
-            .bind(&self.provider)
-            .bind(day_of(at))
-            .execute(&mut *self.tx)
-            .await?;
-        sqlx::query("DELETE FROM temp.ingest_staged").execute(&mut *self.tx).await?;
         self.staged = false;
-        self.texts = false;
         Ok(())
     }
 
@@ -273,33 +302,33 @@ impl SqliteIngestWriter {
     }
 }
 
-/// Pushes the statement that stages the successes of `chunk`, lines of the tranche numbered
-/// `seq` sorted by wire id: SQL finds their requests (no request row comes back to this side),
-/// looked up in `requests_by_tranche` line by line in that order (`CROSS JOIN` keeps the lines
-/// as the outer loop), so that one call's chunks walk the index forwards. The index holds what
-/// staging needs of a request (its id, that it is queued, its attempts): no request row is
-/// read here. A request staged already (by an earlier line with its wire id) stays as it was
-/// staged. Returns whether any line carries its output as text.
-fn push_stage(stage: &mut QueryBuilder<Sqlite>, seq: i64, chunk: &[Success]) -> bool {
+/// Pushes the statement that writes the successes of `chunk`, lines of the tranche numbered
+/// `seq` sorted by wire id, as attempts recorded at `at`: SQL finds their requests (no request
+/// row comes back to this side), looked up in `requests_by_tranche` line by line in that order
+/// (`CROSS JOIN` keeps the lines as the outer loop), so that one call's chunks walk the index
+/// forwards. The index holds what this needs of a request (its id, that it is queued, its
+/// attempts): no request row is read here. A request with an attempt in this tranche already
+/// (an earlier line with its wire id) keeps it.
+fn push_stage(stage: &mut QueryBuilder<Sqlite>, seq: i64, at: i64, chunk: &[Success]) {
     stage.push(
-        "INSERT OR IGNORE INTO temp.ingest_staged
-            (request_id, attempt, status_code, model, input_tokens, cached_input_tokens,
-             cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens,
-             output_object, output_offset, output_length, output_text)
-         SELECT r.id, r.attempts + 1, l.column2, l.column3, l.column4, l.column5, l.column6,
-                l.column7, l.column8, l.column9, l.column10, l.column11, l.column12, l.column13
+        "INSERT OR IGNORE INTO attempts
+            (request_id, attempt, tranche_seq, outcome, status_code, created_at, model,
+             input_tokens, cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+             output_tokens, reasoning_tokens, output_object, output_offset, output_length)
+         SELECT r.id, r.attempts + 1, r.tranche_seq, 'succeeded', l.column2, ",
+    );
+    stage.push_bind(at);
+    stage.push(
+        ", l.column3, l.column4, l.column5, l.column6, l.column7, l.column8, l.column9,
+                l.column10, l.column11, l.column12
          FROM (",
     );
-    let mut texts = false;
     stage.push_values(chunk, |mut row, line| {
-        let (range, text) = match &line.output {
+        let range = match &line.output {
             OutputRef::InObject { object, offset, len } => {
-                (Some((object.as_str(), to_i64(*offset), to_i64(*len))), None)
+                Some((object.as_str(), to_i64(*offset), to_i64(*len)))
             }
-            OutputRef::Text(text) => {
-                texts = true;
-                (None, Some(text.as_str()))
-            }
+            OutputRef::Text(_) => None,
         };
         let billed = line.billed.as_ref();
         let tokens = |f: fn(&TokenUsage) -> u64| billed.map(|b| to_i64(f(&b.tokens)));
@@ -314,13 +343,35 @@ fn push_stage(stage: &mut QueryBuilder<Sqlite>, seq: i64, chunk: &[Success]) -> 
             .push_bind(tokens(|t| t.reasoning))
             .push_bind(range.map(|r| r.0))
             .push_bind(range.map(|r| r.1))
-            .push_bind(range.map(|r| r.2))
-            .push_bind(text);
+            .push_bind(range.map(|r| r.2));
     });
     stage.push(") AS l CROSS JOIN requests AS r WHERE r.tranche_seq = ");
     stage.push_bind(seq);
     stage.push(" AND r.wire_id = l.column1 AND r.state = 'queued'");
-    texts
+}
+
+/// Pushes the statement that keeps the outputs of `chunk` given as text (not by reference)
+/// in the database, each for the request whose success in the tranche numbered `seq` it is:
+/// a line whose request's attempt holds another output (an earlier line with its wire id)
+/// keeps none.
+fn push_texts(texts: &mut QueryBuilder<Sqlite>, seq: i64, chunk: &[Success]) {
+    texts.push(
+        "INSERT OR IGNORE INTO request_outputs (request_id, output) SELECT r.id, l.column2 FROM (",
+    );
+    let lines = chunk.iter().filter_map(|line| match &line.output {
+        OutputRef::Text(text) => Some((line.wire_id.as_str(), text.as_str())),
+        OutputRef::InObject { .. } => None,
+    });
+    texts.push_values(lines, |mut row, (wire_id, text)| {
+        row.push_bind(wire_id).push_bind(text);
+    });
+    texts.push(") AS l CROSS JOIN requests AS r CROSS JOIN attempts AS a WHERE r.tranche_seq = ");
+    texts.push_bind(seq);
+    texts.push(
+        " AND r.wire_id = l.column1 AND r.state = 'queued'
+           AND a.request_id = r.id AND a.tranche_seq = r.tranche_seq
+           AND a.outcome = 'succeeded' AND a.output_object IS NULL",
+    );
 }
 
 #[async_trait::async_trait]
@@ -447,6 +498,18 @@ impl IngestWriter for SqliteIngestWriter {
 mod tests {
     use super::*;
 
+    /// The steps of SQLite's plan for `statement`, its parameters bound with `binds`.
+    async fn plan_of(store: &SqliteStore, statement: &str, binds: &[i64]) -> Vec<String> {
+        let explain = format!("EXPLAIN QUERY PLAN {statement}");
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(explain));
+        for bind in binds {
+            query = query.bind(*bind);
+        }
+        let rows =
+            query.fetch_all(&store.pool).await.unwrap_or_else(|e| panic!("{e}: {statement}"));
+        rows.iter().map(|row| row.get(3)).collect()
+    }
+
     /// Staging walks the lines and looks each one's request up in `requests_by_tranche` by
     /// tranche and wire id, from the index alone: never a scan of `requests`, nor its rows.
     #[tokio::test]
@@ -454,7 +517,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
         let mut conn = store.pool.acquire().await.unwrap();
-        sqlx::query(CREATE_STAGED).execute(&mut *conn).await.unwrap();
         let lines: Vec<Success> = (0..3)
             .map(|i| Success {
                 wire_id: format!("k{i}"),
@@ -464,7 +526,7 @@ mod tests {
             })
             .collect();
         let mut stage = QueryBuilder::<Sqlite>::new("EXPLAIN QUERY PLAN ");
-        assert!(!push_stage(&mut stage, 1, &lines), "no output as text");
+        push_stage(&mut stage, 1, 0, &lines);
         let plan: Vec<String> = stage
             .build()
             .fetch_all(&mut *conn)
@@ -486,33 +548,38 @@ mod tests {
         assert!(lines_first < requests_at, "the lines are the outer loop: {plan:?}");
     }
 
-    /// The statements over the staged successes look each request up by id: none reads
-    /// `requests` whole, whatever the planner would prefer.
+    /// The statements that answer staged successes walk the tranche's requests as told, the
+    /// id range in rowid order or `requests_by_tranche`, and find each attempt by its key:
+    /// never a scan of `requests` or of `attempts`, whatever the planner would prefer.
     #[tokio::test]
-    async fn staged_successes_find_their_requests_by_id_not_by_scanning() {
+    async fn answering_walks_the_tranche_as_told_and_finds_attempts_by_key() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
-        let mut conn = store.pool.acquire().await.unwrap();
-        sqlx::query(CREATE_STAGED).execute(&mut *conn).await.unwrap();
-        for statement in [
-            concat!("EXPLAIN QUERY PLAN ", count_staged!()),
-            concat!("EXPLAIN QUERY PLAN ", bill_staged!()),
+        for (answer, walk) in [
+            (&DENSE, "INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            (&SPARSE, "INDEX requests_by_tranche (tranche_seq=?)"),
         ] {
-            let plan: Vec<String> = sqlx::query(statement)
-                .bind("openai")
-                .bind(1)
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap_or_else(|e| panic!("{e}: {statement}"))
-                .iter()
-                .map(|row| row.get(3))
-                .collect();
-            let requests: Vec<&String> = plan.iter().filter(|step| step.contains(" r ")).collect();
-            assert!(
-                requests.iter().all(|step| step.starts_with("SEARCH r USING INTEGER PRIMARY KEY")),
-                "{plan:?}"
-            );
-            assert!(plan.iter().any(|step| step == "SCAN s"), "{plan:?}");
+            for statement in [answer.count, answer.bill, answer.apply] {
+                let plan = plan_of(&store, statement, &[1, 1, 10, 0, 0]).await;
+                let requests: Vec<&String> =
+                    plan.iter().filter(|step| step.contains(" r ")).collect();
+                assert!(
+                    !requests.is_empty()
+                        && requests
+                            .iter()
+                            .all(|step| step.starts_with("SEARCH r USING ") && step.ends_with(walk)),
+                    "{walk}: {plan:?}"
+                );
+                let attempts: Vec<&String> =
+                    plan.iter().filter(|step| step.contains(" a ")).collect();
+                assert!(
+                    !attempts.is_empty()
+                        && attempts.iter().all(|step| step.starts_with(
+                            "SEARCH a USING PRIMARY KEY (request_id=? AND tranche_seq=?)"
+                        )),
+                    "{plan:?}"
+                );
+            }
         }
     }
 }

@@ -128,6 +128,11 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0023_tranche_numbers.sql"),
         ),
         migration(24, "custom id key", include_str!("../migrations/sqlite/0024_custom_id_key.sql")),
+        migration(
+            25,
+            "attempt outputs",
+            include_str!("../migrations/sqlite/0025_attempt_outputs.sql"),
+        ),
     ])
 }
 
@@ -518,6 +523,14 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(kept, (1, r#"{"x":2}"#.into(), r#"{"ok":1}"#.into()));
+        // Migration 25 gives attempts a place for their answer; an older one has none.
+        let answer: (Option<String>, Option<i64>) = sqlx::query_as(
+            "SELECT output_object, output_length FROM attempts WHERE request_id = 1",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(answer, (None, None));
         let broken: Vec<sqlx::sqlite::SqliteRow> =
             sqlx::query("PRAGMA foreign_key_check").fetch_all(&pool).await.unwrap();
         assert!(broken.is_empty(), "{} rows point nowhere", broken.len());

@@ -11,7 +11,7 @@ use crate::SqliteStore;
 use crate::pages::{PAGE_ROWS, Page, read_pages};
 
 /// A tranche whose ids span less than this many times its size is read as one id range.
-const DENSE_SPAN: i64 = 4;
+pub(crate) const DENSE_SPAN: i64 = 4;
 
 #[async_trait::async_trait]
 impl TrancheStore for SqliteStore {

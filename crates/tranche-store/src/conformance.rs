@@ -1275,6 +1275,59 @@ pub async fn claims_count_their_jobs_whether_ids_are_close_or_far_apart(store: &
     assert_eq!(planned(second).await, [(TrancheState::Planned, 1)]);
 }
 
+/// Successes of a tranche whose requests lie far apart among others (requests sent again are
+/// claimed so) end only those requests: each with the output of its first line, whether that
+/// was kept as text or by reference, billed once; a failure recorded after them still finds
+/// its request, and the requests between, in no tranche, stay as they were.
+pub async fn successes_in_a_tranche_spread_thin_end_only_its_requests(store: &dyn Store) {
+    let job = add_job(store, 60, "m").await;
+    let ids = pending_ids(store, "m").await;
+    // Every tenth request: four over an id range fifteen times their number.
+    let spread: Vec<i64> = ids.iter().copied().step_by(10).take(5).collect();
+    let tranche = NewTranche { created_at: 1, ..new_tranche(ProviderKind::Openai, "m") };
+    assert_eq!(create_tranche(store, &tranche, &spread).await, Some(5));
+    let held = lease(store, tranche.id).await;
+    let mut writer = store.begin_ingest(tranche.id, held).await.unwrap();
+    let by_reference = |wire_id: &str, offset| Success {
+        output: OutputRef::InObject { object: "raw/t/output.jsonl".into(), offset, len: 7 },
+        ..success(wire_id, "")
+    };
+    let mut lines = vec![
+        success("k0:t:v1", r#"{"n":0}"#),
+        by_reference("k0:t:v1", 1),
+        by_reference("k10:t:v1", 20),
+        success("k10:t:v1", r#"{"n":10}"#),
+        success("k20:t:v1", r#"{"n":20}"#),
+        // Between the tranche's requests, but in none.
+        success("k15:t:v1", r#"{"n":15}"#),
+    ];
+    assert_eq!(writer.record_successes(&mut lines, 7).await.unwrap(), 3);
+    assert!(writer.record("k30:t:v1", &fatal(7)).await.unwrap());
+    assert!(!writer.record("k20:t:v1", &fatal(7)).await.unwrap(), "answered already");
+    let unanswered = writer.unanswered().await.unwrap();
+    assert_eq!(unanswered.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>(), ["k40:t:v1"]);
+    assert!(writer.commit(TrancheState::Cleaning, 7).await.unwrap());
+
+    let counts = store.job_counts(job).await.unwrap();
+    assert_eq!((counts.succeeded, counts.failed, counts.queued, counts.pending), (3, 1, 1, 55));
+    assert_eq!(
+        store.job_tokens(job).await.unwrap(),
+        TokenTotals { input_tokens: 6, output_tokens: 9 }
+    );
+    let billed: u64 = store.job_usage(job).await.unwrap().iter().map(|u| u.requests).sum();
+    assert_eq!(billed, 3, "each answer billed once");
+    let rows: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    assert_eq!(text(&rows[0]), Some(r#"{"n":0}"#), "the first line for an id wins");
+    assert_eq!(
+        rows[10].output,
+        Some(OutputRef::InObject { object: "raw/t/output.jsonl".into(), offset: 20, len: 7 })
+    );
+    assert_eq!(text(&rows[20]), Some(r#"{"n":20}"#));
+    assert_eq!((rows[20].state, rows[30].state), (RequestState::Succeeded, RequestState::Failed));
+    assert_eq!((rows[15].state, rows[15].output.clone()), (RequestState::Pending, None));
+    assert_eq!(rows[40].state, RequestState::Queued);
+}
+
 /// A tranche's results ingested a second time (a restarted engine reading the same raw file)
 /// change nothing: every request already has its result.
 pub async fn ingest_repeated_changes_nothing(store: &dyn Store) {
@@ -1737,6 +1790,7 @@ macro_rules! store_conformance {
             metrics_are_aggregates_of_jobs_tranches_and_the_ledger,
             many_requests_are_written_in_order_across_statements,
             successes_are_recorded_in_bulk_once_each,
+            successes_in_a_tranche_spread_thin_end_only_its_requests,
             inputs_and_results_larger_than_a_page_come_back_whole_in_order,
             a_tranches_input_is_its_requests_in_order_however_spread,
             a_tranches_input_bytes_are_what_its_queued_requests_measured,
