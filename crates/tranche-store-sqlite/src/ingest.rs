@@ -12,66 +12,59 @@ use crate::{INGEST_ROWS, SqliteStore};
 // A success is written once, as its attempt (output range included), by a statement that
 // finds its request in SQL. Its request is filled from there when the writer needs the
 // requests as they stand (a failure to record, the unanswered, the commit): the statements
-// below walk the tranche's requests in id order, so that results that arrive shuffled still
-// rewrite the rows in order, and take those queued in this tranche that hold a succeeded
-// attempt in it. A request leaves `queued` when its result is recorded, so an attempt staged
-// is applied once. They walk one of two ways, chosen by how the tranche's ids lie:
-// - `dense`: the tranche's id range in rowid order (a claim takes pending requests in id
-//   order, so a tranche's ids nearly always form one run). `+r.tranche_seq` keeps SQLite off
-//   `requests_by_tranche`, which it may otherwise prefer.
-// - `sparse`: `requests_by_tranche` (requests sent again, spread thin over the ids); `+r.id`
-//   keeps SQLite off the rowid range.
-// Parameters: ?1 the tranche's number, ?2 and ?3 its first and last queued request id.
+// below walk the tranche's attempts and requests in id order, so that results that arrive
+// shuffled still rewrite the rows in order, and take the requests queued in this tranche that
+// hold a succeeded attempt in it. A request leaves `queued` when its result is recorded, so
+// an attempt staged is applied once. They walk one of two ways, chosen by how the tranche's
+// ids lie (parameters: ?1 the tranche's number, ?2 and ?3 its first and last queued request):
+// - `dense`: the attempts of the tranche's id range, in key order (a claim takes pending
+//   requests in id order, so a tranche's ids nearly always form one run), each request found
+//   by its rowid. The attempts lead: read in key order they are a walk, where looking each up
+//   by its two-column key was a search. `+a.request_id` and `+r.tranche_seq` keep SQLite from
+//   leading with the requests (through their rowid range or `requests_by_tranche`).
+// - `sparse`: `requests_by_tranche` (requests sent again, spread thin over the ids), each
+//   attempt found by its key; `+r.id` keeps SQLite off the rowid range.
+
+/// The requests about to be answered and their attempts: `FROM` and `WHERE` of a `SELECT`.
 macro_rules! answered {
     (dense) => {
-        "r.id BETWEEN ?2 AND ?3 AND +r.tranche_seq = ?1 AND r.state = 'queued'"
+        "FROM attempts AS a CROSS JOIN requests AS r ON r.id = +a.request_id
+         WHERE a.request_id BETWEEN ?2 AND ?3 AND a.tranche_seq = ?1 AND a.outcome = 'succeeded'
+           AND +r.tranche_seq = ?1 AND r.state = 'queued'"
     };
     (sparse) => {
-        "r.tranche_seq = ?1 AND r.state = 'queued' AND +r.id BETWEEN ?2 AND ?3"
+        "FROM requests AS r CROSS JOIN attempts AS a ON a.request_id = r.id AND a.tranche_seq = ?1
+         WHERE r.tranche_seq = ?1 AND r.state = 'queued' AND +r.id BETWEEN ?2 AND ?3
+           AND a.outcome = 'succeeded'"
     };
 }
 
-/// Moves the counters of the jobs of the requests about to be answered, once per job.
-macro_rules! count_answered {
-    ($walk:tt) => {
-        concat!(
-            "UPDATE jobs SET n_queued = n_queued - d.n,
-                n_succeeded = n_succeeded + d.n, n_retried = n_retried + d.retried,
-                input_tokens = input_tokens + d.input, output_tokens = output_tokens + d.output
-             FROM (SELECT r.job_id, COUNT(*) AS n,
-                          SUM((a.attempt > 1) - (r.attempts > 1)) AS retried,
-                          SUM(COALESCE(a.input_tokens, 0) - COALESCE(r.input_tokens, 0)) AS input,
-                          SUM(COALESCE(a.output_tokens, 0) - COALESCE(r.output_tokens, 0)) AS output
-                   FROM requests AS r
-                        CROSS JOIN attempts AS a ON a.request_id = r.id AND a.tranche_seq = ?1
-                   WHERE ",
-            answered!($walk),
-            " AND a.outcome = 'succeeded'
-                   GROUP BY r.job_id) AS d
-             WHERE jobs.id = d.job_id"
-        )
+/// The same for an `UPDATE requests AS r ... FROM attempts AS a`: its `WHERE`.
+macro_rules! answered_update {
+    (dense) => {
+        "a.request_id BETWEEN ?2 AND ?3 AND a.tranche_seq = ?1 AND a.outcome = 'succeeded'
+         AND r.id = +a.request_id AND +r.tranche_seq = ?1 AND r.state = 'queued'"
+    };
+    (sparse) => {
+        "r.tranche_seq = ?1 AND r.state = 'queued' AND +r.id BETWEEN ?2 AND ?3
+         AND a.request_id = r.id AND a.tranche_seq = ?1 AND a.outcome = 'succeeded'"
     };
 }
 
-/// Adds what the requests about to be answered were billed to the usage ledger, by job and
-/// model (?4 the tranche's provider, ?5 the day).
-macro_rules! bill_answered {
+/// What the requests about to be answered add up to, by job and the model that answered:
+/// how many, how many of them were retried, how their tokens change their job's, and what
+/// they were billed.
+macro_rules! sum_answered {
     ($walk:tt) => {
         concat!(
-            "INSERT INTO usage_totals
-                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
-                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
-             SELECT r.job_id, 'billed', ?4, a.model, ?5, COUNT(*), SUM(a.input_tokens),
-                    SUM(a.cached_input_tokens), SUM(a.cache_write_5m_tokens),
-                    SUM(a.cache_write_1h_tokens), SUM(a.output_tokens), SUM(a.reasoning_tokens)
-             FROM requests AS r
-                  CROSS JOIN attempts AS a ON a.request_id = r.id AND a.tranche_seq = ?1
-             WHERE ",
+            "SELECT r.job_id, a.model, COUNT(*), SUM((a.attempt > 1) - (r.attempts > 1)),
+                    SUM(COALESCE(a.input_tokens, 0) - COALESCE(r.input_tokens, 0)),
+                    SUM(COALESCE(a.output_tokens, 0) - COALESCE(r.output_tokens, 0)),
+                    SUM(a.input_tokens), SUM(a.cached_input_tokens), SUM(a.cache_write_5m_tokens),
+                    SUM(a.cache_write_1h_tokens), SUM(a.output_tokens), SUM(a.reasoning_tokens) ",
             answered!($walk),
-            " AND a.outcome = 'succeeded' AND a.model IS NOT NULL
-             GROUP BY r.job_id, a.model
-             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
-            usage_add!()
+            " GROUP BY r.job_id, a.model
+             ORDER BY r.job_id"
         )
     };
 }
@@ -84,8 +77,7 @@ macro_rules! bill_answered {
 /// statement. One that fails here fails the whole ingest, which is rolled back, so it may keep
 /// what it did before failing, and writes no journal (12 MB a tranche of 50,000). It changes
 /// no column a foreign key names: an immediate foreign key needs the journal whatever the
-/// statement says. Each request's attempt is looked up once, by its key (`+r.id`: the requests
-/// are the outer loop, as in the statements before, not the attempts in the same id range).
+/// statement says.
 macro_rules! apply_answered {
     ($walk:tt) => {
         concat!(
@@ -95,8 +87,7 @@ macro_rules! apply_answered {
                 output_offset = a.output_offset, output_length = a.output_length
              FROM attempts AS a
              WHERE ",
-            answered!($walk),
-            " AND a.request_id = +r.id AND a.tranche_seq = ?1 AND a.outcome = 'succeeded'"
+            answered_update!($walk)
         )
     };
 }
@@ -104,22 +95,22 @@ macro_rules! apply_answered {
 /// The statements that answer the staged successes, walking the requests one way.
 #[derive(Debug)]
 struct Answer {
-    count: &'static str,
-    bill: &'static str,
+    sum: &'static str,
     apply: &'static str,
 }
 
-const DENSE: Answer = Answer {
-    count: count_answered!(dense),
-    bill: bill_answered!(dense),
-    apply: apply_answered!(dense),
-};
+const DENSE: Answer = Answer { sum: sum_answered!(dense), apply: apply_answered!(dense) };
 
-const SPARSE: Answer = Answer {
-    count: count_answered!(sparse),
-    bill: bill_answered!(sparse),
-    apply: apply_answered!(sparse),
-};
+const SPARSE: Answer = Answer { sum: sum_answered!(sparse), apply: apply_answered!(sparse) };
+
+/// One job's counters moved by the requests an ingest answers.
+#[derive(Debug, Default)]
+struct JobMoves {
+    answered: i64,
+    retried: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+}
 
 #[async_trait::async_trait]
 impl IngestStore for SqliteStore {
@@ -216,32 +207,63 @@ impl SqliteIngestWriter {
         Ok(staged)
     }
 
-    /// Answers the requests whose successes are staged: their jobs' counters, the usage
-    /// ledger, then the requests themselves, each a pass in id order.
+    /// Answers the requests whose successes are staged: their jobs' counters and the usage
+    /// ledger from one pass over them, then the requests themselves in another, each in id
+    /// order.
     async fn apply_staged(&mut self) -> StoreResult<()> {
         if !self.staged {
             return Ok(());
         }
         let (first, last) = self.ids;
-        // Every request answered here is queued in this tranche: its job's counters move
-        // once per job here, not once per request.
-        crate::pause_counters(&mut self.tx, true).await?;
-        sqlx::query(self.answer.count)
+        // A few rows: one a job and model.
+        let sums = sqlx::query(self.answer.sum)
             .bind(self.seq)
             .bind(first)
             .bind(last)
-            .execute(&mut *self.tx)
+            .fetch_all(&mut *self.tx)
             .await?;
-        // Each is a new attempt, counted here once; the transaction commits with the
-        // tranche's move or not at all.
-        sqlx::query(self.answer.bill)
-            .bind(self.seq)
-            .bind(first)
-            .bind(last)
+        let mut job: Option<(String, JobMoves)> = None;
+        for row in &sums {
+            let job_id: String = row.try_get(0)?;
+            if job.as_ref().is_some_and(|(id, _)| *id != job_id)
+                && let Some((id, moves)) = job.take()
+            {
+                self.move_counters(&id, &moves).await?;
+            }
+            let moves = &mut job.get_or_insert_with(|| (job_id.clone(), JobMoves::default())).1;
+            let answered: i64 = row.try_get(2)?;
+            moves.answered += answered;
+            moves.retried += row.try_get::<i64, _>(3)?;
+            moves.input_tokens += row.try_get::<i64, _>(4)?;
+            moves.output_tokens += row.try_get::<i64, _>(5)?;
+            // Each is a new attempt, counted here once; the transaction commits with the
+            // tranche's move or not at all.
+            let Some(model) = row.try_get::<Option<String>, _>(1)? else { continue };
+            let mut bill = sqlx::query(concat!(
+                "INSERT INTO usage_totals
+                    (job_id, kind, provider, model, day, requests, input_tokens,
+                     cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+                     output_tokens, reasoning_tokens)
+                 VALUES (?, 'billed', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+                usage_add!()
+            ))
+            .bind(&job_id)
             .bind(&self.provider)
+            .bind(model)
             .bind(day_of(self.finished_at))
-            .execute(&mut *self.tx)
-            .await?;
+            .bind(answered);
+            for column in 6..12 {
+                bill = bill.bind(row.try_get::<Option<i64>, _>(column)?);
+            }
+            bill.execute(&mut *self.tx).await?;
+        }
+        if let Some((id, moves)) = job {
+            self.move_counters(&id, &moves).await?;
+        }
+        // Every request answered here is queued in this tranche: its job's counters moved
+        // once per job above, not once per request.
+        crate::pause_counters(&mut self.tx, true).await?;
         let applied = sqlx::query(self.answer.apply)
             .bind(self.seq)
             .bind(first)
@@ -252,6 +274,24 @@ impl SqliteIngestWriter {
         self.moved += applied.rows_affected();
         crate::pause_counters(&mut self.tx, false).await?;
         self.staged = false;
+        Ok(())
+    }
+
+    /// Moves the counters of job `id` by what its answered requests change.
+    async fn move_counters(&mut self, id: &str, moves: &JobMoves) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE jobs SET n_queued = n_queued - ?1, n_succeeded = n_succeeded + ?1,
+                    n_retried = n_retried + ?2, input_tokens = input_tokens + ?3,
+                    output_tokens = output_tokens + ?4
+             WHERE id = ?5",
+        )
+        .bind(moves.answered)
+        .bind(moves.retried)
+        .bind(moves.input_tokens)
+        .bind(moves.output_tokens)
+        .bind(id)
+        .execute(&mut *self.tx)
+        .await?;
         Ok(())
     }
 
@@ -548,19 +588,30 @@ mod tests {
         assert!(lines_first < requests_at, "the lines are the outer loop: {plan:?}");
     }
 
-    /// The statements that answer staged successes walk the tranche's requests as told, the
-    /// id range in rowid order or `requests_by_tranche`, and find each attempt by its key:
-    /// never a scan of `requests` or of `attempts`, whatever the planner would prefer.
+    /// The statements that answer staged successes walk the tranche as told: its attempts in
+    /// key order over its id range, each request by its rowid; or `requests_by_tranche`, each
+    /// attempt by its key. Never a scan of `requests` or of `attempts`, whatever the planner
+    /// would prefer.
     #[tokio::test]
     async fn answering_walks_the_tranche_as_told_and_finds_attempts_by_key() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
-        for (answer, walk) in [
-            (&DENSE, "INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
-            (&SPARSE, "INDEX requests_by_tranche (tranche_seq=?)"),
+        for (answer, walk, attempt, attempts_lead) in [
+            (
+                &DENSE,
+                "INTEGER PRIMARY KEY (rowid=?)",
+                "SEARCH a USING PRIMARY KEY (request_id>? AND request_id<?)",
+                true,
+            ),
+            (
+                &SPARSE,
+                "INDEX requests_by_tranche (tranche_seq=?)",
+                "SEARCH a USING PRIMARY KEY (request_id=? AND tranche_seq=?)",
+                false,
+            ),
         ] {
-            for statement in [answer.count, answer.bill, answer.apply] {
-                let plan = plan_of(&store, statement, &[1, 1, 10, 0, 0]).await;
+            for statement in [answer.sum, answer.apply] {
+                let plan = plan_of(&store, statement, &[1, 1, 10, 0]).await;
                 let requests: Vec<&String> =
                     plan.iter().filter(|step| step.contains(" r ")).collect();
                 assert!(
@@ -573,12 +624,11 @@ mod tests {
                 let attempts: Vec<&String> =
                     plan.iter().filter(|step| step.contains(" a ")).collect();
                 assert!(
-                    !attempts.is_empty()
-                        && attempts.iter().all(|step| step.starts_with(
-                            "SEARCH a USING PRIMARY KEY (request_id=? AND tranche_seq=?)"
-                        )),
+                    !attempts.is_empty() && attempts.iter().all(|step| step.starts_with(attempt)),
                     "{plan:?}"
                 );
+                let at = |table: &str| plan.iter().position(|step| step.contains(table)).unwrap();
+                assert_eq!(at(" a ") < at(" r "), attempts_lead, "{plan:?}");
             }
         }
     }
