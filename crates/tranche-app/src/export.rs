@@ -2,7 +2,7 @@
 //! from the store and the blob store (memory does not grow with the job), into a file, a writer
 //! or an object of the blob store; answers extracted, unreviewed ones only when asked for.
 
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -126,6 +126,18 @@ fn raw(text: Option<String>) -> Result<Option<Box<RawValue>>, AppError> {
 /// ranges, each read once.
 const WINDOW_ROWS: usize = 4096;
 
+/// Bytes of rendered lines handed on at once: whole lines, gathered in one buffer that every
+/// piece reuses. (Rendered a window at a time instead, each window's 6 MB of lines took a
+/// buffer of their own, which the kernel mapped afresh, page by page, for every window: 46,000
+/// page faults in an export of 100,000 results, and the peak of a run's memory.)
+const PIECE_BYTES: usize = 256 << 10;
+
+/// Where exported lines go: a piece of whole lines at a time.
+pub(crate) trait LineSink {
+    /// Takes `piece`, whole lines.
+    async fn put(&mut self, piece: &[u8]) -> Result<(), AppError>;
+}
+
 /// What one export of one job needs to render its lines.
 struct Render {
     options: ExportOptions,
@@ -135,52 +147,94 @@ struct Render {
     schema: Option<(AnswerSchema, bool)>,
 }
 
-/// A job's results, one line per request in input order (after a header for CSV), as chunks
-/// of whole lines, each with how many results it holds. Memory holds one window's answers and
-/// the ranges in flight, whatever the job's size.
-pub(crate) fn result_chunks<'a>(
-    store: &'a dyn Store,
-    blobs: &'a BlobStore,
+/// Writes a job's results into `sink`, one line per request in input order (after a header
+/// for CSV), in pieces of whole lines. Memory holds one window's answers, the ranges in
+/// flight and one piece, whatever the job's size. Returns how many results were written.
+pub(crate) async fn write_results(
+    store: &dyn Store,
+    blobs: &BlobStore,
     job: &JobRecord,
     options: ExportOptions,
-) -> impl Stream<Item = Result<(Vec<u8>, u64), AppError>> + Send + 'a {
+    sink: &mut impl LineSink,
+) -> Result<u64, AppError> {
     let settings = &job.settings;
     let schema = settings.schema.as_ref().and_then(|s| AnswerSchema::new(s).ok());
-    let render = std::sync::Arc::new(Render {
+    let render = Render {
         staged: settings.review_sample.is_some() && job.review.is_none(),
         schema: schema.map(|s| (s, settings.lenient_json)),
         options,
-    });
-    let header = (render.options.format == ExportFormat::Csv).then(|| {
-        let mut out = csv::Writer::from_writer(Vec::new());
+    };
+    let mut piece = Vec::with_capacity(PIECE_BYTES + (PIECE_BYTES >> 2));
+    if render.options.format == ExportFormat::Csv {
+        let mut out = csv::Writer::from_writer(&mut piece);
         out.write_record(CSV_COLUMNS).map_err(|e| AppError::Corrupt(e.to_string()))?;
-        out.into_inner().map(|bytes| (bytes, 0)).map_err(|e| AppError::Corrupt(e.to_string()))
-    });
-    let filter = std::sync::Arc::clone(&render);
-    let rows = store
+        out.flush().map_err(|e| AppError::Corrupt(e.to_string()))?;
+    }
+    let windows = store
         .job_results(job.id)
         .map_err(AppError::Store)
-        .try_filter(move |row| std::future::ready(filter.wanted(row)))
+        .try_filter(|row| std::future::ready(render.wanted(row)))
         .try_chunks(WINDOW_ROWS)
         .map_err(|e| e.1);
-    futures::stream::iter(header).chain(rows.and_then(move |rows| {
-        let render = std::sync::Arc::clone(&render);
-        async move {
-            let outputs = read_outputs(blobs, rows.iter().map(|r| r.output.as_ref())).await?;
-            let lines = rows.len() as u64;
-            let mut chunk = Vec::new();
-            for (row, output) in rows.into_iter().zip(outputs) {
-                let raw_line = match (render.options.raw, &row.output) {
-                    (true, Some(OutputRef::InObject { object, offset, len })) => {
-                        Some(result_line(blobs, object, *offset, *len).await?)
-                    }
-                    _ => None,
-                };
-                render.line(&mut chunk, row, output, raw_line)?;
+    let mut windows = std::pin::pin!(windows);
+    let mut lines = 0;
+    while let Some(rows) = windows.try_next().await? {
+        let outputs = read_outputs(blobs, rows.iter().map(|r| r.output.as_ref())).await?;
+        lines += rows.len() as u64;
+        for (row, output) in rows.into_iter().zip(outputs) {
+            let raw_line = match (render.options.raw, &row.output) {
+                (true, Some(OutputRef::InObject { object, offset, len })) => {
+                    Some(result_line(blobs, object, *offset, *len).await?)
+                }
+                _ => None,
+            };
+            render.line(&mut piece, row, output, raw_line)?;
+            if piece.len() >= PIECE_BYTES {
+                sink.put(&piece).await?;
+                piece.clear();
             }
-            Ok((chunk, lines))
         }
-    }))
+    }
+    if !piece.is_empty() {
+        sink.put(&piece).await?;
+    }
+    Ok(lines)
+}
+
+/// A writer (a file, standard output) as a sink; a failed write names `path`.
+pub(crate) struct WriteSink<'a> {
+    pub(crate) out: &'a mut dyn std::io::Write,
+    pub(crate) path: &'a std::path::Path,
+}
+
+impl LineSink for WriteSink<'_> {
+    async fn put(&mut self, piece: &[u8]) -> Result<(), AppError> {
+        self.out
+            .write_all(piece)
+            .map_err(|source| AppError::Write { path: self.path.to_owned(), source })
+    }
+}
+
+/// An object being written to the blob store as a sink.
+pub(crate) struct BlobSink<'a>(pub(crate) &'a mut tranche_blob::BlobWriter);
+
+impl LineSink for BlobSink<'_> {
+    async fn put(&mut self, piece: &[u8]) -> Result<(), AppError> {
+        Ok(self.0.write(piece).await?)
+    }
+}
+
+/// A channel to a response body as a sink: each piece goes as a chunk of its own.
+pub(crate) struct ChannelSink(pub(crate) tokio::sync::mpsc::Sender<Result<Vec<u8>, AppError>>);
+
+impl LineSink for ChannelSink {
+    async fn put(&mut self, piece: &[u8]) -> Result<(), AppError> {
+        // A reader that left ends the export.
+        self.0.send(Ok(piece.to_vec())).await.map_err(|_| AppError::Write {
+            path: "response body".into(),
+            source: std::io::ErrorKind::BrokenPipe.into(),
+        })
+    }
 }
 
 impl Render {

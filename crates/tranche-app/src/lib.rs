@@ -19,7 +19,6 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use futures::TryStreamExt;
 use tokio::io::BufReader;
 use tranche_blob::BlobStore;
 use tranche_core::{JobId, JobSettings, JobState, ProviderKind};
@@ -156,18 +155,12 @@ impl App {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let app = self.clone();
         tokio::spawn(async move {
-            let chunks = export::result_chunks(&*app.store, &app.blobs, &job, options);
-            let mut chunks = std::pin::pin!(chunks);
-            loop {
-                let next = match chunks.try_next().await {
-                    Ok(Some((chunk, _))) => Ok(chunk),
-                    Ok(None) => break,
-                    Err(e) => Err(e),
-                };
-                let failed = next.is_err();
-                if tx.send(next).await.is_err() || failed {
-                    break;
-                }
+            let mut sink = export::ChannelSink(tx.clone());
+            let written =
+                export::write_results(&*app.store, &app.blobs, &job, options, &mut sink).await;
+            if let Err(e) = written {
+                // A reader that left has nothing to be told.
+                let _ = tx.send(Err(e)).await;
             }
         });
         Box::pin(futures::stream::unfold(rx, |mut rx| async move {
@@ -317,15 +310,9 @@ impl App {
         out: &mut dyn Write,
         path: &Path,
     ) -> Result<u64, AppError> {
-        let write_error = |source| AppError::Write { path: path.to_owned(), source };
-        let chunks = export::result_chunks(&*self.store, &self.blobs, job, options);
-        let mut chunks = std::pin::pin!(chunks);
-        let mut n = 0;
-        while let Some((chunk, lines)) = chunks.try_next().await? {
-            out.write_all(&chunk).map_err(write_error)?;
-            n += lines;
-        }
-        out.flush().map_err(write_error)?;
+        let mut sink = export::WriteSink { out, path };
+        let n = export::write_results(&*self.store, &self.blobs, job, options, &mut sink).await?;
+        sink.out.flush().map_err(|source| AppError::Write { path: path.to_owned(), source })?;
         Ok(n)
     }
 
@@ -338,24 +325,15 @@ impl App {
     ) -> Result<Exported, AppError> {
         let key = tranche_engine::export_key(job.id)?;
         let mut writer = self.blobs.writer(&key);
-        let chunks = export::result_chunks(&*self.store, &self.blobs, job, options);
-        let mut chunks = std::pin::pin!(chunks);
-        let mut lines = 0;
-        loop {
-            let next = match chunks.try_next().await {
-                Ok(next) => next,
+        let mut sink = export::BlobSink(&mut writer);
+        let lines =
+            match export::write_results(&*self.store, &self.blobs, job, options, &mut sink).await {
+                Ok(lines) => lines,
                 Err(e) => {
                     let _ = writer.abort().await;
                     return Err(e);
                 }
             };
-            let Some((chunk, n)) = next else { break };
-            if let Err(e) = writer.write(&chunk).await {
-                let _ = writer.abort().await;
-                return Err(e.into());
-            }
-            lines += n;
-        }
         let stored = writer.finish().await?;
         self.store
             .record_blob(&tranche_store::BlobRecord {

@@ -51,21 +51,41 @@ macro_rules! answered_update {
     };
 }
 
-/// What the requests about to be answered add up to, by job and the model that answered:
-/// how many, how many of them were retried, how their tokens change their job's, and what
-/// they were billed.
+/// What the requests about to be answered add up to: how many, how many of them were
+/// retried, how their tokens change their job's, and what they were billed. By job and the
+/// model that answered (`grouped`: a sort of every row, whose memory grows with the tranche);
+/// or all together (`whole`), with the least and greatest job and model and how many name a
+/// model, which tell whether they form one group (one job, one model or none: nearly every
+/// tranche), and then are its sums, read without a sort.
 macro_rules! sum_answered {
-    ($walk:tt) => {
+    ($walk:tt, grouped) => {
         concat!(
-            "SELECT r.job_id, a.model, COUNT(*), SUM((a.attempt > 1) - (r.attempts > 1)),
-                    SUM(COALESCE(a.input_tokens, 0) - COALESCE(r.input_tokens, 0)),
-                    SUM(COALESCE(a.output_tokens, 0) - COALESCE(r.output_tokens, 0)),
-                    SUM(a.input_tokens), SUM(a.cached_input_tokens), SUM(a.cache_write_5m_tokens),
-                    SUM(a.cache_write_1h_tokens), SUM(a.output_tokens), SUM(a.reasoning_tokens) ",
+            "SELECT r.job_id, a.model, ",
+            sums_answered!(),
+            " ",
             answered!($walk),
             " GROUP BY r.job_id, a.model
              ORDER BY r.job_id"
         )
+    };
+    ($walk:tt, whole) => {
+        concat!(
+            "SELECT MIN(r.job_id), MIN(a.model), ",
+            sums_answered!(),
+            ", MAX(r.job_id), MAX(a.model), COUNT(a.model) ",
+            answered!($walk)
+        )
+    };
+}
+
+/// The sums of [`sum_answered`], columns 2 to 11.
+macro_rules! sums_answered {
+    () => {
+        "COUNT(*), SUM((a.attempt > 1) - (r.attempts > 1)),
+         SUM(COALESCE(a.input_tokens, 0) - COALESCE(r.input_tokens, 0)),
+         SUM(COALESCE(a.output_tokens, 0) - COALESCE(r.output_tokens, 0)),
+         SUM(a.input_tokens), SUM(a.cached_input_tokens), SUM(a.cache_write_5m_tokens),
+         SUM(a.cache_write_1h_tokens), SUM(a.output_tokens), SUM(a.reasoning_tokens)"
     };
 }
 
@@ -95,13 +115,22 @@ macro_rules! apply_answered {
 /// The statements that answer the staged successes, walking the requests one way.
 #[derive(Debug)]
 struct Answer {
-    sum: &'static str,
+    whole: &'static str,
+    grouped: &'static str,
     apply: &'static str,
 }
 
-const DENSE: Answer = Answer { sum: sum_answered!(dense), apply: apply_answered!(dense) };
+const DENSE: Answer = Answer {
+    whole: sum_answered!(dense, whole),
+    grouped: sum_answered!(dense, grouped),
+    apply: apply_answered!(dense),
+};
 
-const SPARSE: Answer = Answer { sum: sum_answered!(sparse), apply: apply_answered!(sparse) };
+const SPARSE: Answer = Answer {
+    whole: sum_answered!(sparse, whole),
+    grouped: sum_answered!(sparse, grouped),
+    apply: apply_answered!(sparse),
+};
 
 /// One job's counters moved by the requests an ingest answers.
 #[derive(Debug, Default)]
@@ -216,13 +245,30 @@ impl SqliteIngestWriter {
             return Ok(());
         }
         let (first, last) = self.ids;
-        // A few rows: one a job and model.
-        let sums = sqlx::query(self.answer.sum)
+        let whole = sqlx::query(self.answer.whole)
             .bind(self.seq)
             .bind(first)
             .bind(last)
-            .fetch_all(&mut *self.tx)
+            .fetch_one(&mut *self.tx)
             .await?;
+        let (answered, named): (i64, i64) = (whole.try_get(2)?, whole.try_get(14)?);
+        let one_job = whole.try_get::<Option<String>, _>(0)? == whole.try_get(12)?;
+        let one_model = named == 0
+            || (named == answered
+                && whole.try_get::<Option<String>, _>(1)? == whole.try_get(13)?);
+        let sums = if answered == 0 {
+            Vec::new()
+        } else if one_job && one_model {
+            vec![whole]
+        } else {
+            // A few rows: one a job and model.
+            sqlx::query(self.answer.grouped)
+                .bind(self.seq)
+                .bind(first)
+                .bind(last)
+                .fetch_all(&mut *self.tx)
+                .await?
+        };
         let mut job: Option<(String, JobMoves)> = None;
         for row in &sums {
             let job_id: String = row.try_get(0)?;
@@ -611,7 +657,7 @@ mod tests {
                 false,
             ),
         ] {
-            for statement in [answer.sum, answer.apply] {
+            for statement in [answer.whole, answer.grouped, answer.apply] {
                 let plan = plan_of(&store, statement, &[1, 1, 10, 0]).await;
                 let requests: Vec<&String> =
                     plan.iter().filter(|step| step.contains(" r ")).collect();
