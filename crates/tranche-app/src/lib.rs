@@ -155,12 +155,12 @@ impl App {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let app = self.clone();
         tokio::spawn(async move {
-            let mut sink = export::ChannelSink(tx.clone());
+            let mut sink = export::ChannelSink(tx);
             let written =
                 export::write_results(&*app.store, &app.blobs, &job, options, &mut sink).await;
             if let Err(e) = written {
                 // A reader that left has nothing to be told.
-                let _ = tx.send(Err(e)).await;
+                let _ = sink.0.send(Err(e)).await;
             }
         });
         Box::pin(futures::stream::unfold(rx, |mut rx| async move {

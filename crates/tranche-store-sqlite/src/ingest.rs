@@ -25,22 +25,10 @@ use crate::{INGEST_ROWS, SqliteStore};
 // - `sparse`: `requests_by_tranche` (requests sent again, spread thin over the ids), each
 //   attempt found by its key; `+r.id` keeps SQLite off the rowid range.
 
-/// The requests about to be answered and their attempts: `FROM` and `WHERE` of a `SELECT`.
+/// The requests about to be answered and their attempts, as a `WHERE` over `requests AS r` and
+/// `attempts AS a`. [`answered_from`] gives a `SELECT` its `FROM` in the walk's order; an
+/// `UPDATE requests AS r ... FROM attempts AS a` takes the same conditions.
 macro_rules! answered {
-    (dense) => {
-        "FROM attempts AS a CROSS JOIN requests AS r ON r.id = +a.request_id
-         WHERE a.request_id BETWEEN ?2 AND ?3 AND a.tranche_seq = ?1 AND a.outcome = 'succeeded'
-           AND +r.tranche_seq = ?1 AND r.state = 'queued'"
-    };
-    (sparse) => {
-        "FROM requests AS r CROSS JOIN attempts AS a ON a.request_id = r.id AND a.tranche_seq = ?1
-         WHERE r.tranche_seq = ?1 AND r.state = 'queued' AND +r.id BETWEEN ?2 AND ?3
-           AND a.outcome = 'succeeded'"
-    };
-}
-
-/// The same for an `UPDATE requests AS r ... FROM attempts AS a`: its `WHERE`.
-macro_rules! answered_update {
     (dense) => {
         "a.request_id BETWEEN ?2 AND ?3 AND a.tranche_seq = ?1 AND a.outcome = 'succeeded'
          AND r.id = +a.request_id AND +r.tranche_seq = ?1 AND r.state = 'queued'"
@@ -48,6 +36,17 @@ macro_rules! answered_update {
     (sparse) => {
         "r.tranche_seq = ?1 AND r.state = 'queued' AND +r.id BETWEEN ?2 AND ?3
          AND a.request_id = r.id AND a.tranche_seq = ?1 AND a.outcome = 'succeeded'"
+    };
+}
+
+/// The `FROM` of a `SELECT` over [`answered`], the walk's leading table first (`CROSS JOIN`
+/// keeps that order).
+macro_rules! answered_from {
+    (dense) => {
+        "FROM attempts AS a CROSS JOIN requests AS r WHERE "
+    };
+    (sparse) => {
+        "FROM requests AS r CROSS JOIN attempts AS a WHERE "
     };
 }
 
@@ -63,6 +62,7 @@ macro_rules! sum_answered {
             "SELECT r.job_id, a.model, ",
             sums_answered!(),
             " ",
+            answered_from!($walk),
             answered!($walk),
             " GROUP BY r.job_id, a.model
              ORDER BY r.job_id"
@@ -73,6 +73,7 @@ macro_rules! sum_answered {
             "SELECT MIN(r.job_id), MIN(a.model), ",
             sums_answered!(),
             ", MAX(r.job_id), MAX(a.model), COUNT(a.model) ",
+            answered_from!($walk),
             answered!($walk)
         )
     };
@@ -107,7 +108,7 @@ macro_rules! apply_answered {
                 output_offset = a.output_offset, output_length = a.output_length
              FROM attempts AS a
              WHERE ",
-            answered_update!($walk)
+            answered!($walk)
         )
     };
 }
@@ -132,13 +133,28 @@ const SPARSE: Answer = Answer {
     apply: apply_answered!(sparse),
 };
 
-/// One job's counters moved by the requests an ingest answers.
-#[derive(Debug, Default)]
-struct JobMoves {
-    answered: i64,
-    retried: i64,
-    input_tokens: i64,
-    output_tokens: i64,
+/// Adds `requests` attempts of `job_id` billed by `model` to the usage ledger; their six token
+/// counts are bound after.
+fn bill<'q>(
+    job_id: &'q str,
+    provider: &'q str,
+    model: &'q str,
+    at: i64,
+    requests: i64,
+) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments> {
+    sqlx::query(concat!(
+        "INSERT INTO usage_totals
+            (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
+             cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
+         VALUES (?, 'billed', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
+        usage_add!()
+    ))
+    .bind(job_id)
+    .bind(provider)
+    .bind(model)
+    .bind(day_of(at))
+    .bind(requests)
 }
 
 /// The columns of an attempt that a success writes. (A macro so that the statements stay
@@ -348,47 +364,34 @@ impl SqliteIngestWriter {
                 .fetch_all(&mut *self.tx)
                 .await?
         };
-        let mut job: Option<(String, JobMoves)> = None;
+        // Counters move, and the ledger grows, by each job and model's sums.
         for row in &sums {
             let job_id: String = row.try_get(0)?;
-            if job.as_ref().is_some_and(|(id, _)| *id != job_id)
-                && let Some((id, moves)) = job.take()
-            {
-                self.move_counters(&id, &moves).await?;
-            }
-            let moves = &mut job.get_or_insert_with(|| (job_id.clone(), JobMoves::default())).1;
             let answered: i64 = row.try_get(2)?;
-            moves.answered += answered;
-            moves.retried += row.try_get::<i64, _>(3)?;
-            moves.input_tokens += row.try_get::<i64, _>(4)?;
-            moves.output_tokens += row.try_get::<i64, _>(5)?;
+            sqlx::query(
+                "UPDATE jobs SET n_queued = n_queued - ?1, n_succeeded = n_succeeded + ?1,
+                        n_retried = n_retried + ?2, input_tokens = input_tokens + ?3,
+                        output_tokens = output_tokens + ?4
+                 WHERE id = ?5",
+            )
+            .bind(answered)
+            .bind(row.try_get::<i64, _>(3)?)
+            .bind(row.try_get::<i64, _>(4)?)
+            .bind(row.try_get::<i64, _>(5)?)
+            .bind(&job_id)
+            .execute(&mut *self.tx)
+            .await?;
             // Each is a new attempt, counted here once; the transaction commits with the
             // tranche's move or not at all.
             let Some(model) = row.try_get::<Option<String>, _>(1)? else { continue };
-            let mut bill = sqlx::query(concat!(
-                "INSERT INTO usage_totals
-                    (job_id, kind, provider, model, day, requests, input_tokens,
-                     cached_input_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
-                     output_tokens, reasoning_tokens)
-                 VALUES (?, 'billed', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
-                usage_add!()
-            ))
-            .bind(&job_id)
-            .bind(&self.provider)
-            .bind(model)
-            .bind(day_of(self.finished_at))
-            .bind(answered);
+            let mut billed = bill(&job_id, &self.provider, &model, self.finished_at, answered);
             for column in 6..12 {
-                bill = bill.bind(row.try_get::<Option<i64>, _>(column)?);
+                billed = billed.bind(row.try_get::<Option<i64>, _>(column)?);
             }
-            bill.execute(&mut *self.tx).await?;
-        }
-        if let Some((id, moves)) = job {
-            self.move_counters(&id, &moves).await?;
+            billed.execute(&mut *self.tx).await?;
         }
         // Every request answered here is queued in this tranche: its job's counters moved
-        // once per job above, not once per request.
+        // above, once per job and model, not once per request.
         crate::pause_counters(&mut self.tx, true).await?;
         let applied = sqlx::query(self.answer.apply)
             .bind(self.seq)
@@ -400,24 +403,6 @@ impl SqliteIngestWriter {
         self.moved += applied.rows_affected();
         crate::pause_counters(&mut self.tx, false).await?;
         self.staged = false;
-        Ok(())
-    }
-
-    /// Moves the counters of job `id` by what its answered requests change.
-    async fn move_counters(&mut self, id: &str, moves: &JobMoves) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE jobs SET n_queued = n_queued - ?1, n_succeeded = n_succeeded + ?1,
-                    n_retried = n_retried + ?2, input_tokens = input_tokens + ?3,
-                    output_tokens = output_tokens + ?4
-             WHERE id = ?5",
-        )
-        .bind(moves.answered)
-        .bind(moves.retried)
-        .bind(moves.input_tokens)
-        .bind(moves.output_tokens)
-        .bind(id)
-        .execute(&mut *self.tx)
-        .await?;
         Ok(())
     }
 
@@ -451,18 +436,7 @@ impl SqliteIngestWriter {
             .rows_affected();
         let Some(billed) = billed.filter(|_| inserted == 1) else { return Ok(()) };
         let job_id: String = row.try_get(2)?;
-        let upsert = sqlx::query(concat!(
-            "INSERT INTO usage_totals
-                (job_id, kind, provider, model, day, requests, input_tokens, cached_input_tokens,
-                 cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, reasoning_tokens)
-             VALUES (?, 'billed', ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (job_id, kind, provider, model, day) DO UPDATE SET ",
-            usage_add!()
-        ))
-        .bind(job_id)
-        .bind(&self.provider)
-        .bind(&billed.model)
-        .bind(day_of(update.at));
+        let upsert = bill(&job_id, &self.provider, &billed.model, update.at, 1);
         bind_tokens(upsert, Some(&billed.tokens)).execute(&mut *self.tx).await?;
         Ok(())
     }
