@@ -78,6 +78,10 @@ pub struct EngineSettings {
     /// How many tranches one engine steps at once [default: 4].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel_steps: Option<usize>,
+    /// How many of those steps may move a file's bytes at once (write an input file, copy
+    /// result files, ingest them) [default: 1].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer_steps: Option<usize>,
     /// Seconds between two cleanups of each account's provider files by the workers (one
     /// worker of the deployment does each) [default: 3600; 0: never].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,7 +104,7 @@ pub struct EngineSettings {
 const JANITOR_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// The keys the environment may set, each as `TRANCHE_<KEY>`.
-const ENV_KEYS: [&str; 16] = [
+const ENV_KEYS: [&str; 17] = [
     "poll_interval",
     "min_batch_size",
     "max_wait",
@@ -114,6 +118,7 @@ const ENV_KEYS: [&str; 16] = [
     "file_expires_after",
     "blob_store",
     "parallel_steps",
+    "transfer_steps",
     "janitor_interval",
     "orphan_grace",
     "prices",
@@ -201,6 +206,12 @@ impl EngineSettings {
                 return Err(AppError::Config("parallel_steps must be at least 1".to_owned()));
             }
             config.parallel_steps = n;
+        }
+        if let Some(n) = self.transfer_steps {
+            if n == 0 {
+                return Err(AppError::Config("transfer_steps must be at least 1".to_owned()));
+            }
+            config.transfer_steps = n;
         }
         if let Some(grace) = self.orphan_grace {
             config.orphan_grace = seconds("orphan_grace", grace, true)?;
@@ -295,6 +306,29 @@ mod tests {
             assert!(config.provider_poll_intervals.is_empty(), "one interval for every provider");
             assert_eq!((config.min_batch_size, config.lease), (50, Duration::from_secs(2)));
             assert_eq!(config.token_budget("gpt-4o-mini"), Some(5000));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn how_many_steps_move_files_at_once_is_configured_and_checked() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            let defaults = layered(jail, &EngineSettings::default());
+            assert_eq!(defaults.engine_config(jail.directory()).unwrap().transfer_steps, 1);
+            jail.create_file(CONFIG_FILE, "parallel_steps = 8\ntransfer_steps = 2\n")?;
+            let file = layered(jail, &EngineSettings::default()).engine_config(jail.directory());
+            let file = file.unwrap();
+            assert_eq!((file.parallel_steps, file.transfer_steps), (8, 2));
+            jail.set_env("TRANCHE_TRANSFER_STEPS", "3");
+            let env = layered(jail, &EngineSettings::default()).engine_config(jail.directory());
+            assert_eq!(env.unwrap().transfer_steps, 3);
+            jail.set_env("TRANCHE_TRANSFER_STEPS", "0");
+            let err = layered(jail, &EngineSettings::default())
+                .engine_config(jail.directory())
+                .unwrap_err();
+            assert!(err.to_string().contains("transfer_steps must be at least 1"), "{err}");
+            assert!(err.is_usage());
             Ok(())
         });
     }

@@ -9,6 +9,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use tranche_core::{TrancheId, TrancheState};
+use tranche_providers::InputTransport;
+use tranche_store::TrancheRecord;
 
 use crate::config::Until;
 use crate::engine::Engine;
@@ -37,6 +39,8 @@ const CHORES_LOOK: Duration = Duration::from_secs(60);
 struct Running {
     tasks: JoinSet<(TrancheId, Result<(), EngineError>)>,
     tranches: HashSet<TrancheId>,
+    /// Those of `tranches` whose step moves a file's bytes.
+    transfers: HashSet<TrancheId>,
     chores: JoinSet<()>,
     /// When to look again whether a cleanup of provider files is due.
     chores_due: tokio::time::Instant,
@@ -47,6 +51,7 @@ impl Running {
         Self {
             tasks: JoinSet::new(),
             tranches: HashSet::new(),
+            transfers: HashSet::new(),
             chores: JoinSet::new(),
             chores_due: tokio::time::Instant::now(),
         }
@@ -64,6 +69,7 @@ impl Running {
     ) -> Result<(), EngineError> {
         let (tranche, result) = joined.map_err(EngineError::StepPanicked)?;
         self.tranches.remove(&tranche);
+        self.transfers.remove(&tranche);
         match result {
             Err(e) if e.is_contention() => {
                 warn!(tranche = %tranche, error = %e, "the store is busy; the step will be tried again");
@@ -146,6 +152,7 @@ impl Engine {
         self.plan_all().await?;
         let mut started = 0;
         let room = self.config.parallel_steps.max(1);
+        let transfer_room = self.config.transfer_steps.max(1);
         let mut due = self.store.due_tranches(self.now()).await?;
         due.sort_by_key(|t| std::cmp::Reverse(progress(t.state)));
         for due in due {
@@ -155,9 +162,17 @@ impl Engine {
             if running.tranches.contains(&due.id) {
                 continue;
             }
+            let transfer = self.moves_bytes(&due);
+            // A transfer waits for room among the transfers; the steps behind it need not.
+            if transfer && running.transfers.len() >= transfer_room {
+                continue;
+            }
             let Some((tranche, lease)) = self.take(&due).await? else { continue };
             let engine = self.clone();
             running.tranches.insert(tranche.id);
+            if transfer {
+                running.transfers.insert(tranche.id);
+            }
             running.tasks.spawn(async move {
                 let id = tranche.id;
                 (id, engine.step_and_release(tranche, lease).await)
@@ -187,6 +202,26 @@ impl Engine {
         // while, or until a step ends.
         let idle = self.config.poll_interval.min(Duration::from_secs(1));
         Ok(Some(if started == 0 && wait < idle { idle } else { wait }))
+    }
+
+    /// Whether the tranche's next step moves a file's bytes: writes its input file (or sends
+    /// its requests inline with the batch), copies its result files, or ingests them.
+    fn moves_bytes(&self, tranche: &TrancheRecord) -> bool {
+        match tranche.state {
+            TrancheState::Planned
+            | TrancheState::Uploading
+            | TrancheState::Collecting
+            | TrancheState::Ingesting => true,
+            TrancheState::Creating => self
+                .providers
+                .get(tranche.provider)
+                .is_some_and(|p| p.transport() != InputTransport::UploadFile),
+            TrancheState::Uploaded
+            | TrancheState::Submitted
+            | TrancheState::Cleaning
+            | TrancheState::Done
+            | TrancheState::Failed => false,
+        }
     }
 
     async fn until_holds(&self, until: Until) -> Result<bool, EngineError> {

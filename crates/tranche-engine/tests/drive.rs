@@ -4,7 +4,11 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
 
 use tokio_util::sync::CancellationToken;
 use tranche_core::{JobState, ProviderKind, TrancheId};
@@ -33,6 +37,31 @@ struct Recording {
     calls: Mutex<Vec<(Call, TrancheId)>>,
     /// Which tranche a batch or output file belongs to.
     owners: Mutex<HashMap<String, TrancheId>>,
+    /// Files moving now (uploads under way, downloads not yet dropped), and the most at once.
+    moving: Arc<Moving>,
+}
+
+#[derive(Debug, Default)]
+struct Moving {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// One file moving, for as long as it lives.
+struct MovingFile(Arc<Moving>);
+
+impl MovingFile {
+    fn start(moving: &Arc<Moving>) -> Self {
+        let now = moving.now.fetch_add(1, Ordering::SeqCst) + 1;
+        moving.most.fetch_max(now, Ordering::SeqCst);
+        Self(Arc::clone(moving))
+    }
+}
+
+impl Drop for MovingFile {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Recording {
@@ -61,6 +90,9 @@ impl Provider for Recording {
         body: UploadBody,
     ) -> Result<UploadedFile, UpstreamError> {
         self.record(Call::Upload, tranche);
+        let _moving = MovingFile::start(&self.moving);
+        // Long enough for the engine to start its other due steps meanwhile.
+        tokio::time::sleep(Duration::from_millis(5)).await;
         self.inner.upload_batch_file(tranche, body).await
     }
 
@@ -99,7 +131,17 @@ impl Provider for Recording {
         if let Some(tranche) = owner {
             self.record(Call::Collect, tranche);
         }
-        self.inner.download_file(id).await
+        let moving = MovingFile::start(&self.moving);
+        let mut download = self.inner.download_file(id).await?;
+        // The stream holds the mark until the engine drops it, read or not.
+        download.stream = download
+            .stream
+            .map(move |chunk| {
+                let _held = &moving;
+                chunk
+            })
+            .boxed();
+        Ok(download)
     }
 
     async fn delete_file(&self, id: &FileId) -> Result<(), UpstreamError> {
@@ -119,36 +161,40 @@ impl Provider for Recording {
 }
 
 /// Drives a job of `requests` lines to its end, in batches of at most `per_batch` requests
-/// with `parallel_steps` steps at once, through a recording adapter: the calls it saw, and the
-/// harness (whose simulator billed them).
+/// with `parallel_steps` steps at once (of them, `transfer_steps` moving files), through a
+/// recording adapter: the calls it saw, the most files it saw moving at once, and the harness
+/// (whose simulator billed them).
 async fn drive_recorded(
     requests: usize,
     per_batch: usize,
     parallel_steps: usize,
-) -> (Vec<(Call, TrancheId)>, Arc<Harness>) {
+    transfer_steps: usize,
+) -> (Vec<(Call, TrancheId)>, usize, Arc<Harness>) {
     let setup = Arc::new(Harness::new().await);
     let recording = Arc::new(Recording {
         inner: Arc::new(setup.openai_at(setup.sim.openai_base_url())),
         setup: Arc::clone(&setup),
         calls: Mutex::new(Vec::new()),
         owners: Mutex::new(HashMap::new()),
+        moving: Arc::default(),
     });
     let engine = setup
         .engine_over(recording.clone(), |c| {
             c.max_batch_requests = Some(per_batch);
             c.parallel_steps = parallel_steps;
+            c.transfer_steps = transfer_steps;
         })
         .await;
     let job = submit(&engine, &keyed_lines(requests)).await;
     engine.drive(Until::JobEnds(job), &CancellationToken::new(), || {}).await.unwrap();
     assert_eq!(engine.store().job(job).await.unwrap().unwrap().state, JobState::Done);
-    (recording.calls(), setup)
+    (recording.calls(), recording.moving.most.load(Ordering::SeqCst), setup)
 }
 
 #[tokio::test]
 async fn a_batch_is_created_and_collected_before_the_next_tranches_file_is_written() {
     // One step at a time, so that the order shows which step the engine takes first.
-    let (calls, _) = drive_recorded(40, 5, 1).await;
+    let (calls, _, _) = drive_recorded(40, 5, 1, 1).await;
     let tranches: Vec<TrancheId> =
         calls.iter().filter(|(c, _)| *c == Call::Upload).map(|&(_, t)| t).collect();
     assert_eq!(tranches.len(), 8, "{calls:?}");
@@ -163,7 +209,7 @@ async fn a_batch_is_created_and_collected_before_the_next_tranches_file_is_writt
 
 #[tokio::test]
 async fn steps_of_several_tranches_run_at_once_and_every_request_is_answered_once() {
-    let (calls, setup) = drive_recorded(200, 10, 4).await;
+    let (calls, _, setup) = drive_recorded(200, 10, 4, 4).await;
     for call in [Call::Upload, Call::Create, Call::Collect] {
         let mut seen: Vec<TrancheId> =
             calls.iter().filter(|(c, _)| *c == call).map(|&(_, t)| t).collect();
@@ -174,4 +220,15 @@ async fn steps_of_several_tranches_run_at_once_and_every_request_is_answered_onc
     }
     let ledger = setup.sim.ledger();
     assert_eq!(ledger.len(), 200, "every request billed once");
+}
+
+#[tokio::test]
+async fn files_move_one_at_a_time_while_other_steps_run_beside_them() {
+    // The bound is what keeps an engine's memory the same for a job of any size.
+    let (calls, most, setup) = drive_recorded(200, 10, 4, 1).await;
+    assert_eq!(most, 1, "one file moving at a time: {calls:?}");
+    assert_eq!(setup.sim.ledger().len(), 200, "every request billed once");
+    // Without the bound, files of several tranches move at once (so the check above can see it).
+    let (_, most, _) = drive_recorded(200, 10, 4, 4).await;
+    assert!(most > 1, "{most} file(s) at once with room for 4");
 }

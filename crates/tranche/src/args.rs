@@ -255,6 +255,11 @@ pub struct EngineArgs {
     /// batch is created and a third's results are read [default: 4].
     #[arg(long)]
     pub parallel_steps: Option<usize>,
+    /// How many of those steps may move a file's bytes at once: write an input file, copy a
+    /// batch's results, ingest them. Each holds buffers while it runs, so this bounds memory
+    /// whatever the job's size; creating and polling batches go on beside them [default: 1].
+    #[arg(long)]
+    pub transfer_steps: Option<usize>,
     /// A price file (the bundled table's shape) whose entries override or add to the bundled
     /// prices [env: TRANCHE_PRICES; tranche.toml: prices].
     #[arg(long, value_name = "FILE")]
@@ -589,6 +594,7 @@ impl EngineArgs {
             file_expires_after: provider.file_expires_after,
             blob_store: blob_store.map(str::to_owned),
             parallel_steps: self.parallel_steps,
+            transfer_steps: self.transfer_steps,
             janitor_interval: None,
             orphan_grace: None,
             file_limits: std::collections::BTreeMap::new(),
