@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use tranche_core::{TrancheId, TrancheState};
 use tranche_providers::InputTransport;
-use tranche_store::TrancheRecord;
 
 use crate::config::Until;
 use crate::engine::Engine;
@@ -28,6 +27,25 @@ fn progress(state: TrancheState) -> u8 {
         TrancheState::Collecting => 3,
         TrancheState::Ingesting => 4,
         TrancheState::Cleaning | TrancheState::Done | TrancheState::Failed => 5,
+    }
+}
+
+/// Whether a tranche's next step from `state` moves a file's bytes: writes its input file (or
+/// sends its requests inline with the batch), copies its result files, or ingests them.
+/// `transport` is its provider's (`None`: no adapter here; the step will fail at once).
+fn moves_bytes(state: TrancheState, transport: Option<InputTransport>) -> bool {
+    match state {
+        TrancheState::Planned
+        | TrancheState::Uploading
+        | TrancheState::Collecting
+        | TrancheState::Ingesting => true,
+        // Adopting or making a batch sends its requests again where they travel inline.
+        TrancheState::Creating => transport == Some(InputTransport::Inline),
+        TrancheState::Uploaded
+        | TrancheState::Submitted
+        | TrancheState::Cleaning
+        | TrancheState::Done
+        | TrancheState::Failed => false,
     }
 }
 
@@ -162,7 +180,8 @@ impl Engine {
             if running.tranches.contains(&due.id) {
                 continue;
             }
-            let transfer = self.moves_bytes(&due);
+            let transport = self.providers.get(due.provider).map(|p| p.transport());
+            let transfer = moves_bytes(due.state, transport);
             // A transfer waits for room among the transfers; the steps behind it need not.
             if transfer && running.transfers.len() >= transfer_room {
                 continue;
@@ -204,26 +223,6 @@ impl Engine {
         Ok(Some(if started == 0 && wait < idle { idle } else { wait }))
     }
 
-    /// Whether the tranche's next step moves a file's bytes: writes its input file (or sends
-    /// its requests inline with the batch), copies its result files, or ingests them.
-    fn moves_bytes(&self, tranche: &TrancheRecord) -> bool {
-        match tranche.state {
-            TrancheState::Planned
-            | TrancheState::Uploading
-            | TrancheState::Collecting
-            | TrancheState::Ingesting => true,
-            TrancheState::Creating => self
-                .providers
-                .get(tranche.provider)
-                .is_some_and(|p| p.transport() != InputTransport::UploadFile),
-            TrancheState::Uploaded
-            | TrancheState::Submitted
-            | TrancheState::Cleaning
-            | TrancheState::Done
-            | TrancheState::Failed => false,
-        }
-    }
-
     async fn until_holds(&self, until: Until) -> Result<bool, EngineError> {
         Ok(match until {
             // A paused job waits for room at the provider: a driver waiting for it stops.
@@ -236,5 +235,32 @@ impl Engine {
             Until::Idle => self.store.open_jobs().await?.is_empty(),
             Until::Cancelled => false,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_that_move_a_files_bytes_are_told_from_the_others() {
+        use InputTransport::{Inline, UploadFile};
+        let moving = |state, transport| moves_bytes(state, Some(transport));
+        for state in [TrancheState::Planned, TrancheState::Collecting, TrancheState::Ingesting] {
+            assert!(moving(state, UploadFile) && moving(state, Inline), "{state:?}");
+        }
+        assert!(moving(TrancheState::Uploading, UploadFile));
+        // Creating a batch from an uploaded file sends its id; an inline batch, its requests.
+        assert!(!moving(TrancheState::Creating, UploadFile));
+        assert!(moving(TrancheState::Creating, Inline));
+        for state in [
+            TrancheState::Uploaded,
+            TrancheState::Submitted,
+            TrancheState::Cleaning,
+            TrancheState::Done,
+            TrancheState::Failed,
+        ] {
+            assert!(!moving(state, UploadFile) && !moving(state, Inline), "{state:?}");
+        }
     }
 }
