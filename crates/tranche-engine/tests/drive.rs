@@ -136,9 +136,8 @@ impl Provider for Recording {
         // The stream holds the mark until the engine drops it, read or not.
         download.stream = download
             .stream
-            .map(move |chunk| {
+            .inspect(move |_| {
                 let _held = &moving;
-                chunk
             })
             .boxed();
         Ok(download)
