@@ -183,10 +183,7 @@ impl EngineSettings {
             config.tenant_token_share = Some(share);
         }
         if let Some(n) = self.tenant_max_files {
-            if n == 0 {
-                return Err(AppError::Config("tenant_max_files must be at least 1".to_owned()));
-            }
-            config.tenant_max_files = Some(n);
+            config.tenant_max_files = Some(at_least_one("tenant_max_files", n)?);
         }
         if let Some(lease) = self.lease {
             config.lease = seconds("lease", lease, false)?;
@@ -196,22 +193,13 @@ impl EngineSettings {
                 BlobStore::open(url).map_err(|e| AppError::Config(format!("blob_store: {e}")))?;
         }
         if let Some(n) = self.max_attempts {
-            if n == 0 {
-                return Err(AppError::Config("max_attempts must be at least 1".to_owned()));
-            }
-            config.max_attempts = n;
+            config.max_attempts = at_least_one("max_attempts", n)?;
         }
         if let Some(n) = self.parallel_steps {
-            if n == 0 {
-                return Err(AppError::Config("parallel_steps must be at least 1".to_owned()));
-            }
-            config.parallel_steps = n;
+            config.parallel_steps = at_least_one("parallel_steps", n)?;
         }
         if let Some(n) = self.transfer_steps {
-            if n == 0 {
-                return Err(AppError::Config("transfer_steps must be at least 1".to_owned()));
-            }
-            config.transfer_steps = n;
+            config.transfer_steps = at_least_one("transfer_steps", n)?;
         }
         if let Some(grace) = self.orphan_grace {
             config.orphan_grace = seconds("orphan_grace", grace, true)?;
@@ -248,6 +236,14 @@ impl EngineSettings {
             }
         }
     }
+}
+
+/// `n`, a count that must be at least 1, else a clear error naming `key`.
+fn at_least_one<T: Copy + PartialEq + From<u8>>(key: &str, n: T) -> Result<T, AppError> {
+    if n == T::from(0) {
+        return Err(AppError::Config(format!("{key} must be at least 1")));
+    }
+    Ok(n)
 }
 
 fn seconds(key: &str, value: f64, allow_zero: bool) -> Result<Duration, AppError> {

@@ -79,7 +79,7 @@ macro_rules! sum_answered {
     };
 }
 
-/// The sums of [`sum_answered`], columns 2 to 11.
+/// The sums of [`sum_answered`], columns [`ANSWERED`] to [`BILLED`]'s end.
 macro_rules! sums_answered {
     () => {
         "COUNT(*), SUM((a.attempt > 1) - (r.attempts > 1)),
@@ -112,6 +112,20 @@ macro_rules! apply_answered {
         )
     };
 }
+
+// The columns of a row of [`sum_answered`]: the job and model, the sums, and (`whole` only)
+// what tells whether its rows form one group.
+const JOB: usize = 0;
+const MODEL: usize = 1;
+const ANSWERED: usize = 2;
+const RETRIED: usize = 3;
+const INPUT_CHANGE: usize = 4;
+const OUTPUT_CHANGE: usize = 5;
+/// The six billed token counts, in the usage ledger's order.
+const BILLED: std::ops::Range<usize> = 6..12;
+const LAST_JOB: usize = 12;
+const LAST_MODEL: usize = 13;
+const NAMING_A_MODEL: usize = 14;
 
 /// The statements that answer the staged successes, walking the requests one way.
 #[derive(Debug)]
@@ -347,11 +361,12 @@ impl SqliteIngestWriter {
             .bind(last)
             .fetch_one(&mut *self.tx)
             .await?;
-        let (answered, named): (i64, i64) = (whole.try_get(2)?, whole.try_get(14)?);
-        let one_job = whole.try_get::<Option<String>, _>(0)? == whole.try_get(12)?;
+        let answered: i64 = whole.try_get(ANSWERED)?;
+        let named: i64 = whole.try_get(NAMING_A_MODEL)?;
+        let one_job = whole.try_get::<Option<String>, _>(JOB)? == whole.try_get(LAST_JOB)?;
         let one_model = named == 0
             || (named == answered
-                && whole.try_get::<Option<String>, _>(1)? == whole.try_get(13)?);
+                && whole.try_get::<Option<String>, _>(MODEL)? == whole.try_get(LAST_MODEL)?);
         let sums = if answered == 0 {
             Vec::new()
         } else if one_job && one_model {
@@ -367,8 +382,8 @@ impl SqliteIngestWriter {
         };
         // Counters move, and the ledger grows, by each job and model's sums.
         for row in &sums {
-            let job_id: String = row.try_get(0)?;
-            let answered: i64 = row.try_get(2)?;
+            let job_id: String = row.try_get(JOB)?;
+            let answered: i64 = row.try_get(ANSWERED)?;
             sqlx::query(
                 "UPDATE jobs SET n_queued = n_queued - ?1, n_succeeded = n_succeeded + ?1,
                         n_retried = n_retried + ?2, input_tokens = input_tokens + ?3,
@@ -376,17 +391,17 @@ impl SqliteIngestWriter {
                  WHERE id = ?5",
             )
             .bind(answered)
-            .bind(row.try_get::<i64, _>(3)?)
-            .bind(row.try_get::<i64, _>(4)?)
-            .bind(row.try_get::<i64, _>(5)?)
+            .bind(row.try_get::<i64, _>(RETRIED)?)
+            .bind(row.try_get::<i64, _>(INPUT_CHANGE)?)
+            .bind(row.try_get::<i64, _>(OUTPUT_CHANGE)?)
             .bind(&job_id)
             .execute(&mut *self.tx)
             .await?;
             // Each is a new attempt, counted here once; the transaction commits with the
             // tranche's move or not at all.
-            let Some(model) = row.try_get::<Option<String>, _>(1)? else { continue };
+            let Some(model) = row.try_get::<Option<String>, _>(MODEL)? else { continue };
             let mut billed = bill(&job_id, &self.provider, &model, self.finished_at, answered);
-            for column in 6..12 {
+            for column in BILLED {
                 billed = billed.bind(row.try_get::<Option<i64>, _>(column)?);
             }
             billed.execute(&mut *self.tx).await?;
