@@ -52,6 +52,7 @@ mod queries;
 mod tenants;
 mod tranches;
 mod usage;
+mod values;
 mod writer;
 
 fn migrator() -> Migrator {

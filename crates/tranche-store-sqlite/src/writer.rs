@@ -1,7 +1,7 @@
 //! Recording a job's requests inside one transaction, many rows per statement.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tranche_core::ProviderKind;
@@ -9,6 +9,26 @@ use tranche_store::rows::{to_i64, to_u64};
 use tranche_store::*;
 
 use crate::INSERT_ROWS;
+use crate::values::{Binds, values_statement};
+
+/// A request's insert: the values every row of a job shares (its id, provider and answer
+/// check) bound once a statement, as the select list's three placeholders; each row's own
+/// from the `VALUES` list.
+const INSERT_HEAD: &str = "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider,
+        endpoint, model, wire_bytes, input_hash, state, max_attempts, est_tokens, accepted_at,
+        body_offset, body_length, answer_check, max_cost)
+    SELECT l.column1, ?, l.column2, l.column3, l.column4, ?, l.column5, l.column6, l.column7,
+        l.column8, 'pending', l.column9, l.column10, l.column11, l.column12, l.column13, ?,
+        l.column14
+    FROM (VALUES ";
+const INSERT_TAIL: &str = ") AS l";
+/// Values bound once a statement, and once a row.
+const SHARED_VALUES: usize = 3;
+const ROW_VALUES: usize = 14;
+
+/// The insert of a full batch of requests, its text written once.
+static FULL_INSERT: LazyLock<String> =
+    LazyLock::new(|| values_statement(INSERT_HEAD, ROW_VALUES, INSERT_ROWS, INSERT_TAIL));
 
 /// A request row waiting in a [`JobWriter`] for its multi-row insert.
 #[derive(Debug)]
@@ -164,34 +184,35 @@ impl JobWriter for SqliteJobWriter {
         // Only full-size statements are worth keeping prepared; the last, shorter one of a
         // job would only crowd the connection's statement cache.
         let persistent = self.rows.len() == INSERT_ROWS;
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
-                                   wire_bytes, input_hash, state, max_attempts, est_tokens,
-                                   accepted_at, body_offset, body_length, answer_check,
-                                   max_cost) ",
-        );
-        let (job, provider, check) = (&self.job, &self.provider, &self.answer_check);
-        insert.push_values(self.rows.iter(), |mut row, r| {
-            row.push_bind(r.id)
-                .push_bind(Arc::clone(job))
-                .push_bind(r.line)
-                .push_bind(Arc::clone(&r.custom_id))
-                .push_bind(Arc::clone(&r.wire_id))
-                .push_bind(Arc::clone(provider))
-                .push_bind(Arc::clone(&r.endpoint))
-                .push_bind(Arc::clone(&r.model))
-                .push_bind(r.wire_bytes)
-                .push_bind(Arc::clone(&r.input_hash))
-                .push("'pending'")
-                .push_bind(r.max_attempts)
-                .push_bind(r.est_tokens)
-                .push_bind(r.accepted_at)
-                .push_bind(r.body_range.map(|(offset, _)| offset))
-                .push_bind(r.body_range.map(|(_, len)| len))
-                .push_bind(check.clone())
-                .push_bind(r.max_cost);
-        });
-        match insert.build().persistent(persistent).execute(&mut *self.tx).await {
+        let mut binds = Binds::with_capacity(SHARED_VALUES + self.rows.len() * ROW_VALUES);
+        binds
+            .add(Arc::clone(&self.job))?
+            .add(Arc::clone(&self.provider))?
+            .add(self.answer_check.clone())?;
+        for r in &self.rows {
+            binds
+                .add(r.id)?
+                .add(r.line)?
+                .add(Arc::clone(&r.custom_id))?
+                .add(Arc::clone(&r.wire_id))?
+                .add(Arc::clone(&r.endpoint))?
+                .add(Arc::clone(&r.model))?
+                .add(r.wire_bytes)?
+                .add(Arc::clone(&r.input_hash))?
+                .add(r.max_attempts)?
+                .add(r.est_tokens)?
+                .add(r.accepted_at)?
+                .add(r.body_range.map(|(offset, _)| offset))?
+                .add(r.body_range.map(|(_, len)| len))?
+                .add(r.max_cost)?;
+        }
+        let insert = if persistent {
+            sqlx::query_with(FULL_INSERT.as_str(), binds.into_arguments())
+        } else {
+            let text = values_statement(INSERT_HEAD, ROW_VALUES, self.rows.len(), INSERT_TAIL);
+            sqlx::query_with(sqlx::AssertSqlSafe(text), binds.into_arguments()).persistent(false)
+        };
+        match insert.execute(&mut *self.tx).await {
             Ok(_) => {}
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                 let duplicates = self.duplicates().await?;
