@@ -96,7 +96,18 @@ run_script() {
     local d="$1"
     mkdir -p "$d"
     /usr/bin/time -f "%e %U %S %M" -o "$d/time" "$dir/venv/bin/python" "$baseline" "$input" "$url" \
-        --db "$d/ref.db" >"$d/out" 2>"$d/err" || { cat "$d/err" >&2; exit 1; }
+        --db "$d/ref.db" >"$d/out" 2>"$d/err" || {
+        cat "$d/err" >&2
+        # The script uploads its files to expire after 14 days of the simulator's clock and
+        # deletes each only once every batch has ended: a slow run outlives them (at --speed
+        # 100000, 14 days pass in 12 s).
+        if grep -q "No such File object" "$d/err"; then
+            echo "versus.sh: the script's files expired before it deleted them (14 days of" \
+                "the simulator's clock: $((1209600 / speed)) s at --speed $speed); run again" \
+                "with a lower SPEED" >&2
+        fi
+        exit 1
+    }
     local ok
     # The script's last line is its summary, in JSON.
     ok="$(tail -1 "$d/out" | python3 -c 'import json, sys; print(json.load(sys.stdin)["succeeded"])')"
