@@ -31,9 +31,9 @@ const S3_READS_IN_FLIGHT: usize = 4;
 /// of a tranche lie about 250 bytes apart in its raw output (the rest of each line), and an
 /// export asks for a page of them at once: read a range at a time, 100,000 answers were 98,497
 /// reads of 662 bytes (an export of them: 0.25-0.43 s of system time, against 0.19-0.22 read
-/// in spans, 4 alternating runs each). Gaps are read through only up to 1 KiB, because all of a call's spans are held
-/// at once: at most 1 KiB more than the answers for each. A span stays under 64 KiB, which
-/// the allocator serves from its heap.
+/// in spans, 4 alternating runs each). Gaps are read through only up to 1 KiB, because all of
+/// a call's spans are held at once: at most 1 KiB more than the answers for each. A span stays
+/// under 64 KiB, which the allocator serves from its heap.
 const LOCAL_SPANS: Spans = Spans { max_gap: 1 << 10, max_span: 64 << 10 };
 
 /// One read: the bytes it reads, and which of the asked ranges lie in it.

@@ -1,6 +1,6 @@
 //! Recording a tranche's results inside one transaction.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use sqlx::sqlite::SqliteRow;
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
@@ -9,7 +9,7 @@ use tranche_store::rows::*;
 use tranche_store::*;
 
 use crate::tranches::DENSE_SPAN;
-use crate::values::{Binds, values_statement};
+use crate::values::{Batch, Binds};
 use crate::{INGEST_ROWS, SqliteStore};
 
 // A success is written once, as its attempt (output range included), by a statement that
@@ -319,21 +319,15 @@ pub(crate) struct SqliteIngestWriter {
 
 impl SqliteIngestWriter {
     /// Writes the successes of one chunk of lines as this writer stages them (see
-    /// [`stage_statement`]). Returns how many were written.
+    /// [`Staging::statement`]). Returns how many were written.
     async fn stage_chunk(&mut self, chunk: &[Success]) -> StoreResult<u64> {
-        let binds = stage_binds(self.seq, self.finished_at, chunk)?.into_arguments();
-        // A full chunk's statement is the same text every time, so it is kept prepared:
-        // parsed once a connection, not once a chunk. At 10,000 requests under callgrind,
-        // 4.356 G instructions against 4.449; its statements' time at 100,000, 0.55-0.61 s
-        // against 0.66-0.72. It holds a megabyte or two: peak RSS at 10,000 28-30 MB against
-        // 28-29, at 1,000,000 33 against 31. (When successes went through a temporary table,
-        // keeping it raised the peak by 3 MB.)
-        let stage = if chunk.len() == INGEST_ROWS {
-            sqlx::query_with(self.staging.full_stage(), binds)
-        } else {
-            let text = stage_statement(self.staging, chunk.len());
-            sqlx::query_with(sqlx::AssertSqlSafe(text), binds).persistent(false)
-        };
+        let binds = stage_binds(self.seq, self.finished_at, chunk)?;
+        // A full chunk's statement is kept prepared ([`Batch::query`]). At 10,000 requests
+        // under callgrind, 4.356 G instructions against 4.449; its statements' time at
+        // 100,000, 0.55-0.61 s against 0.66-0.72. It holds a megabyte or two: peak RSS at
+        // 10,000 28-30 MB against 28-29, at 1,000,000 33 against 31. (When successes went
+        // through a temporary table, keeping it raised the peak by 3 MB.)
+        let stage = self.staging.statement().query(chunk.len(), binds);
         Ok(stage.execute(&mut *self.tx).await?.rows_affected())
     }
 
@@ -465,18 +459,7 @@ impl SqliteIngestWriter {
     }
 }
 
-/// The statement that writes the successes of a chunk of `rows` lines, of one tranche and
-/// sorted by wire id, as attempts: SQL finds their requests (no request row comes back to this
-/// side), looked up in `requests_by_tranche` line by line in that order (`CROSS JOIN` keeps
-/// the lines as the outer loop), so that one call's chunks walk the index forwards. The index
-/// holds what this needs of a request (its id, that it is queued, its attempts): no request
-/// row is read here. A request with an attempt in this tranche already (an earlier line with
-/// its wire id) keeps it. `into` says where the attempts go. Its values are [`stage_binds`].
-fn stage_statement(into: Staging, rows: usize) -> String {
-    values_statement(into.stage_head(), STAGE_VALUES, rows, STAGE_TAIL)
-}
-
-/// The head of [`stage_statement`] writing into `$into`: when the successes were recorded is
+/// The head of [`Staging::statement`] writing into `$into`: when the successes were recorded is
 /// its one placeholder.
 macro_rules! stage_head {
     ($into:literal) => {
@@ -493,27 +476,26 @@ macro_rules! stage_head {
     };
 }
 
-/// The tail of [`stage_statement`]: the tranche's number is its one placeholder.
+/// The tail of [`Staging::statement`]: the tranche's number is its one placeholder.
 const STAGE_TAIL: &str = ") AS l CROSS JOIN requests AS r
     WHERE r.tranche_seq = ? AND r.wire_id = l.column1 AND r.state = 'queued'";
 
-/// Values bound for each line of [`stage_statement`].
+/// Values bound for each line of [`Staging::statement`].
 const STAGE_VALUES: usize = 12;
 
 impl Staging {
-    fn stage_head(self) -> &'static str {
-        match self {
-            Staging::Attempts => stage_head!("attempts"),
-            Staging::Sorted => stage_head!("temp.ingest_sorted"),
-        }
-    }
-
-    /// [`stage_statement`] for a full chunk, its text written once.
-    fn full_stage(self) -> &'static str {
-        static ATTEMPTS: LazyLock<String> =
-            LazyLock::new(|| stage_statement(Staging::Attempts, INGEST_ROWS));
-        static SORTED: LazyLock<String> =
-            LazyLock::new(|| stage_statement(Staging::Sorted, INGEST_ROWS));
+    /// The statement that writes the successes of a chunk of lines, of one tranche and sorted
+    /// by wire id, as attempts: SQL finds their requests (no request row comes back to this
+    /// side), looked up in `requests_by_tranche` line by line in that order (`CROSS JOIN`
+    /// keeps the lines as the outer loop), so that one call's chunks walk the index forwards.
+    /// The index holds what this needs of a request (its id, that it is queued, its attempts):
+    /// no request row is read here. A request with an attempt in this tranche already (an
+    /// earlier line with its wire id) keeps it. Its values are [`stage_binds`].
+    fn statement(self) -> &'static Batch {
+        static ATTEMPTS: Batch =
+            Batch::new(stage_head!("attempts"), STAGE_VALUES, INGEST_ROWS, STAGE_TAIL);
+        static SORTED: Batch =
+            Batch::new(stage_head!("temp.ingest_sorted"), STAGE_VALUES, INGEST_ROWS, STAGE_TAIL);
         match self {
             Staging::Attempts => &ATTEMPTS,
             Staging::Sorted => &SORTED,
@@ -534,7 +516,7 @@ impl Reused {
     }
 }
 
-/// The values of [`stage_statement`] for `chunk`, lines of the tranche numbered `seq`
+/// The values of [`Staging::statement`] for `chunk`, lines of the tranche numbered `seq`
 /// recorded at `at`.
 fn stage_binds(seq: i64, at: i64, chunk: &[Success]) -> StoreResult<Binds> {
     let mut binds = Binds::with_capacity(2 + chunk.len() * STAGE_VALUES);
@@ -772,7 +754,7 @@ mod tests {
             })
             .collect();
         let mut text = "EXPLAIN QUERY PLAN ".to_owned();
-        text.push_str(&stage_statement(Staging::Attempts, lines.len()));
+        text.push_str(&Staging::Attempts.statement().text(lines.len()));
         let binds = stage_binds(1, 0, &lines).unwrap().into_arguments();
         let plan: Vec<String> = sqlx::query_with(sqlx::AssertSqlSafe(text), binds)
             .fetch_all(&mut *conn)

@@ -6,13 +6,60 @@
 //! callgrind, 109 M instructions of a run's 2.9 G (SHA-256 left out), for the requests'
 //! insert and the successes' staging alone.
 
+use std::sync::OnceLock;
+
+use sqlx::query::Query;
 use sqlx::sqlite::SqliteArguments;
 use sqlx::{Arguments, Encode, Sqlite, Type};
 use tranche_store::StoreResult;
 
+/// A statement that writes a batch of rows from its `VALUES` list: what comes before the list,
+/// how many values a row binds, how many rows a full batch holds, and what comes after.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    head: &'static str,
+    columns: usize,
+    full_rows: usize,
+    tail: &'static str,
+    /// The text for a full batch, written the first time one is run.
+    full: OnceLock<String>,
+}
+
+impl Batch {
+    pub(crate) const fn new(
+        head: &'static str,
+        columns: usize,
+        full_rows: usize,
+        tail: &'static str,
+    ) -> Self {
+        Self { head, columns, full_rows, tail, full: OnceLock::new() }
+    }
+
+    /// The statement's text for `rows` rows.
+    pub(crate) fn text(&self, rows: usize) -> String {
+        values_statement(self.head, self.columns, rows, self.tail)
+    }
+
+    /// The statement for `rows` rows with `binds`. A full batch's is the same text every
+    /// time, kept prepared: parsed once a connection, not once a batch. A shorter one (a
+    /// job's or a call's last) would only crowd the connection's statement cache.
+    pub(crate) fn query(
+        &'static self,
+        rows: usize,
+        binds: Binds,
+    ) -> Query<'static, Sqlite, SqliteArguments> {
+        if rows == self.full_rows {
+            let text = self.full.get_or_init(|| self.text(rows));
+            sqlx::query_with(text.as_str(), binds.0)
+        } else {
+            sqlx::query_with(sqlx::AssertSqlSafe(self.text(rows)), binds.0).persistent(false)
+        }
+    }
+}
+
 /// A statement's text: what comes before its `VALUES` list, the list of `rows` rows of
 /// `columns` placeholders each, and what comes after.
-pub(crate) fn values_statement(head: &str, columns: usize, rows: usize, tail: &str) -> String {
+fn values_statement(head: &str, columns: usize, rows: usize, tail: &str) -> String {
     let mut row = String::with_capacity(columns * 3 + 2);
     row.push('(');
     for column in 0..columns {
@@ -51,6 +98,7 @@ impl Binds {
         Ok(self)
     }
 
+    #[cfg(test)]
     pub(crate) fn into_arguments(self) -> SqliteArguments {
         self.0
     }

@@ -1,7 +1,7 @@
 //! Recording a job's requests inside one transaction, many rows per statement.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
 use tranche_core::ProviderKind;
@@ -9,7 +9,7 @@ use tranche_store::rows::{to_i64, to_u64};
 use tranche_store::*;
 
 use crate::INSERT_ROWS;
-use crate::values::{Binds, values_statement};
+use crate::values::{Batch, Binds};
 
 /// A request's insert: the values every row of a job shares (its id, provider and answer
 /// check) bound once a statement, as the select list's three placeholders; each row's own
@@ -26,9 +26,7 @@ const INSERT_TAIL: &str = ") AS l";
 const SHARED_VALUES: usize = 3;
 const ROW_VALUES: usize = 14;
 
-/// The insert of a full batch of requests, its text written once.
-static FULL_INSERT: LazyLock<String> =
-    LazyLock::new(|| values_statement(INSERT_HEAD, ROW_VALUES, INSERT_ROWS, INSERT_TAIL));
+static INSERT: Batch = Batch::new(INSERT_HEAD, ROW_VALUES, INSERT_ROWS, INSERT_TAIL);
 
 /// A request row waiting in a [`JobWriter`] for its multi-row insert.
 #[derive(Debug)]
@@ -181,9 +179,6 @@ impl JobWriter for SqliteJobWriter {
         if self.rows.is_empty() {
             return Ok(());
         }
-        // Only full-size statements are worth keeping prepared; the last, shorter one of a
-        // job would only crowd the connection's statement cache.
-        let persistent = self.rows.len() == INSERT_ROWS;
         let mut binds = Binds::with_capacity(SHARED_VALUES + self.rows.len() * ROW_VALUES);
         binds
             .add(Arc::clone(&self.job))?
@@ -206,13 +201,7 @@ impl JobWriter for SqliteJobWriter {
                 .add(r.body_range.map(|(_, len)| len))?
                 .add(r.max_cost)?;
         }
-        let insert = if persistent {
-            sqlx::query_with(FULL_INSERT.as_str(), binds.into_arguments())
-        } else {
-            let text = values_statement(INSERT_HEAD, ROW_VALUES, self.rows.len(), INSERT_TAIL);
-            sqlx::query_with(sqlx::AssertSqlSafe(text), binds.into_arguments()).persistent(false)
-        };
-        match insert.execute(&mut *self.tx).await {
+        match INSERT.query(self.rows.len(), binds).execute(&mut *self.tx).await {
             Ok(_) => {}
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                 let duplicates = self.duplicates().await?;
@@ -222,6 +211,9 @@ impl JobWriter for SqliteJobWriter {
             }
             Err(e) => return Err(e.into()),
         }
+        // Bodies kept in the database come with a full batch of requests or a shorter last one;
+        // only the full batch's statement is worth keeping prepared.
+        let persistent = self.rows.len() == INSERT_ROWS;
         self.rows.clear();
         if self.bodies.is_empty() {
             return Ok(());
