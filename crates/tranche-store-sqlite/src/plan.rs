@@ -97,12 +97,17 @@ impl PlanStore for SqliteStore {
         // Each waiting request looks its custom id up in the unique key `(custom_id, job_id)`,
         // checking the input hash on the rows it finds; the outer query pages in request id
         // order. Only an answer that passed the same check and is not waiting for review is
-        // given.
+        // given. An answer is another job's (in its own job a custom id names the waiting
+        // request itself): said in the key's own column, a request whose custom id no other
+        // job holds is passed over in the key, without reading its row (100,000 waiting
+        // requests of a new database looked up in 0.09 s against 0.13, Python's sqlite3 on a
+        // copy of a run's database, 3 alternating pairs).
         let rows = sqlx::query(
             "SELECT id, answered_by FROM (
                 SELECT r.id AS id,
                        (SELECT p.id FROM requests AS p
-                        WHERE p.custom_id = r.custom_id AND p.input_hash = r.input_hash
+                        WHERE p.custom_id = r.custom_id AND p.job_id != r.job_id
+                          AND p.input_hash = r.input_hash
                           AND p.state = 'succeeded' AND p.cached = 0
                           AND p.answer_check IS r.answer_check
                           AND (SELECT j.awaits_review FROM jobs AS j WHERE j.id = p.job_id) = 0
