@@ -61,21 +61,23 @@ impl Page {
 /// The rows `read` gives page after page, from the snapshot of `tx` (committed after the last
 /// page), each made a record by `record`. `read(tx, after)` reads the page of ids past `after`
 /// and hands `tx` back; the stream starts past `after` and ends at the first page not full.
-pub(crate) fn read_pages<T, F, Fut>(
+pub(crate) fn read_pages<T, F, Fut, R>(
     tx: Transaction<'static, Sqlite>,
     after: i64,
     read: F,
-    record: fn(&JsonRow) -> StoreResult<T>,
+    record: R,
 ) -> BoxStream<'static, StoreResult<T>>
 where
     T: Send + 'static,
     F: Fn(Transaction<'static, Sqlite>, i64) -> Fut + Send + 'static,
     Fut: Future<Output = StoreResult<(Transaction<'static, Sqlite>, Page)>> + Send,
+    R: Fn(&JsonRow) -> StoreResult<T> + Send + 'static,
 {
-    futures::stream::try_unfold((Some((tx, after)), read), move |(state, read)| async move {
+    let state = (Some((tx, after)), read, record);
+    futures::stream::try_unfold(state, move |(state, read, record)| async move {
         let Some((tx, after)) = state else { return Ok::<_, StoreError>(None) };
         let (tx, page) = read(tx, after).await?;
-        let records = page.rows.iter().map(record).collect::<StoreResult<Vec<T>>>()?;
+        let records = page.rows.iter().map(&record).collect::<StoreResult<Vec<T>>>()?;
         let next = match (page.is_full(), page.last_id) {
             (true, Some(last_id)) => Some((tx, last_id)),
             _ => {
@@ -83,7 +85,7 @@ where
                 None
             }
         };
-        Ok(Some((futures::stream::iter(records.into_iter().map(Ok)), (next, read))))
+        Ok(Some((futures::stream::iter(records.into_iter().map(Ok)), (next, read, record))))
     })
     .try_flatten()
     .boxed()

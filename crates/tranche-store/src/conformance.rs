@@ -1057,7 +1057,8 @@ pub async fn the_first_engine_records_a_deployment_fact(store: &dyn Store) {
 }
 
 /// A job whose bodies rest in a blob-store object gives its tranches' input lines as ranges of
-/// that object, in request order (so that they are read in long runs).
+/// that object, in request order (so that they are read in long runs); another job's lines in
+/// the same tranche are ranges of its own object.
 pub async fn bodies_by_reference_come_back_as_ranges_in_request_order(store: &dyn Store) {
     let job = NewJob { body_object: Some("bodies/job_x.jsonl".into()), ..new_job() };
     let id = job.id;
@@ -1087,6 +1088,19 @@ pub async fn bodies_by_reference_come_back_as_ranges_in_request_order(store: &dy
         offset += len + 1;
     }
     writer.commit().await.unwrap();
+    // A second job's requests in the same tranche: their bodies lie in their own job's object.
+    let other = NewJob { body_object: Some("bodies/job_y.jsonl".into()), ..new_job() };
+    let other_id = other.id;
+    let mut writer = store.begin_job(other).await.unwrap();
+    for i in 0..2u64 {
+        let custom_id = format!("k{i}:t:v1");
+        let request = NewRequest {
+            body: RequestBody::InObject { offset: 7 * i, len: 6 },
+            ..new_request(&custom_id, i + 1, "m", "01")
+        };
+        writer.add(&request).await.unwrap();
+    }
+    writer.commit().await.unwrap();
     let (tranche, _) = claim_all(store, "m").await;
     let lines: Vec<InputLine> = store.tranche_input(tranche).try_collect().await.unwrap();
     let ranges: Vec<(String, u64, u64)> = lines
@@ -1096,12 +1110,19 @@ pub async fn bodies_by_reference_come_back_as_ranges_in_request_order(store: &dy
             InputBody::Text(text) => panic!("a body by reference came back as text: {text}"),
         })
         .collect();
-    assert_eq!(ranges.len(), 5);
-    assert!(ranges.iter().all(|(object, _, _)| object == "bodies/job_x.jsonl"));
-    let offsets: Vec<u64> = ranges.iter().map(|(_, offset, _)| *offset).collect();
+    assert_eq!(ranges.len(), 7);
+    assert!(ranges[..5].iter().all(|(object, _, _)| object == "bodies/job_x.jsonl"));
+    let offsets: Vec<u64> = ranges[..5].iter().map(|(_, offset, _)| *offset).collect();
     assert_eq!(offsets, [0, 21, 43, 66, 90]);
+    assert_eq!(
+        ranges[5..],
+        [("bodies/job_y.jsonl".to_owned(), 0, 6), ("bodies/job_y.jsonl".to_owned(), 7, 6)]
+    );
+    let jobs: Vec<JobId> = lines.iter().map(|line| line.job_id).collect();
+    assert_eq!(jobs, [id, id, id, id, id, other_id, other_id], "each line names its own job");
     assert_eq!(lines[0].wire_id, "k9:t:v1");
     assert_eq!(store.job_counts(id).await.unwrap().queued, 5);
+    assert_eq!(store.job_counts(other_id).await.unwrap().queued, 2);
 }
 
 /// A job of two requests (`a`, `b`, input hash `h1`) answered by reference at bytes 100 and
