@@ -230,9 +230,9 @@ impl SqliteStore {
         .pragma("journal_size_limit", "67108864")
         // A checkpoint when the log holds 4,096 pages (in a new database 64 MiB, the size it
         // is cut back to anyway) instead of SQLite's 1,000: a page rewritten by many commits
-        // is copied into the database, and synced, once per checkpoint. A 100,000-request run wrote the
-        // database 5,299 times against 7,054, and spent 3-6% less CPU (10 alternating pairs
-        // in two sittings, means 6.01 and 6.73 CPU-s against 6.18 and 7.11).
+        // is copied into the database, and synced, once per checkpoint. A 100,000-request
+        // run wrote the database 5,299 times against 7,054, and spent 3-6% less CPU (14
+        // alternating pairs in two sittings).
         .pragma("wal_autocheckpoint", "4096")
         // Page caches of a fixed size, whatever the job's: 1 MiB of the database's pages and
         // 512 KiB of temporary tables' a connection (SQLite's default is 2 MiB of each). The

@@ -252,15 +252,7 @@ impl TrancheJobs {
                 "a queued request's job (row {number}) is not its tranche's"
             ))
         })?;
-        let range = (row.opt_int_at(4)?, row.opt_int_at(5)?);
-        let body = input_body(row.opt_text_at(2)?, object.clone(), range)
-            .ok_or_else(|| StoreError::Corrupt("a request has no body".to_owned()))?;
-        Ok(InputLine {
-            wire_id: row.text_at(0)?,
-            job_id: *job_id,
-            endpoint: parse("endpoint", &row.text_at(1)?)?,
-            body,
-        })
+        input_line_of_job(row, *job_id, object.clone())
     }
 }
 

@@ -5,7 +5,7 @@
 use std::str::FromStr;
 
 use sqlx::{ColumnIndex, Decode, Row, Type};
-use tranche_core::{AccountId, Endpoint, EngineId, TokenUsage};
+use tranche_core::{AccountId, Endpoint, EngineId, JobId, TokenUsage};
 
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
@@ -267,12 +267,24 @@ pub fn input_body(
 /// One line of a tranche's input, from a row of `wire_id, endpoint, body, body_object,
 /// body_offset, body_length, job_id` (`TrancheStore::tranche_input`).
 pub fn input_line_from_row(row: &impl StoredRow) -> StoreResult<InputLine> {
+    let job_id = parse("job id", &row.text_at(6)?)?;
+    input_line_of_job(row, job_id, row.opt_text_at(3)?)
+}
+
+/// One line of a tranche's input of the job `job_id`, whose bodies not kept in the database lie
+/// in `body_object`, from a row that holds `wire_id, endpoint, body` and then, in columns 4 and
+/// 5, `body_offset, body_length` (what column 3 holds is the caller's).
+pub fn input_line_of_job(
+    row: &impl StoredRow,
+    job_id: JobId,
+    body_object: Option<String>,
+) -> StoreResult<InputLine> {
     let range = (row.opt_int_at(4)?, row.opt_int_at(5)?);
-    let body = input_body(row.opt_text_at(2)?, row.opt_text_at(3)?, range)
+    let body = input_body(row.opt_text_at(2)?, body_object, range)
         .ok_or_else(|| StoreError::Corrupt("a request has no body".to_owned()))?;
     Ok(InputLine {
         wire_id: row.text_at(0)?,
-        job_id: parse("job id", &row.text_at(6)?)?,
+        job_id,
         endpoint: parse("endpoint", &row.text_at(1)?)?,
         body,
     })
