@@ -16,7 +16,7 @@ use crate::PgStore;
 /// tables PostgreSQL's schema mirrors (indexes differ). SQLite's `attempts` also keeps where a
 /// success's answer rests, which its ingest fills the request from; the request carries the
 /// same, and that is what is copied.
-const SQLITE_SCHEMA: i64 = 25;
+const SQLITE_SCHEMA: i64 = 26;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;

@@ -220,8 +220,10 @@ impl IngestStore for SqliteStore {
     ) -> StoreResult<Box<dyn IngestWriter>> {
         let mut tx = self.begin_write().await?;
         // Foreign keys are checked at the commit (this transaction's end), so that no statement
-        // of the ingest can fail halfway on one: the successes' insert, `OR IGNORE`, then
-        // writes no statement journal.
+        // of the ingest can fail halfway on one. What keeps the successes' insert (`OR IGNORE`)
+        // and the answers (`OR FAIL`) from writing a statement journal is that the keys of
+        // requests and attempts are declared deferred (migration `0026`): SQLite decides on the
+        // journal when it compiles a statement, from the declaration, whatever this says.
         sqlx::query("PRAGMA defer_foreign_keys = ON").execute(&mut *tx).await?;
         // A tranche that is not there has no requests to record (and its move fails). The
         // ids of its queued requests are read from `requests_by_tranche` alone.

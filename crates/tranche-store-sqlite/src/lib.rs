@@ -134,6 +134,11 @@ fn migrator() -> Migrator {
             "attempt outputs",
             include_str!("../migrations/sqlite/0025_attempt_outputs.sql"),
         ),
+        migration(
+            26,
+            "cheap row checks",
+            include_str!("../migrations/sqlite/0026_cheap_row_checks.sql"),
+        ),
     ])
 }
 
@@ -579,5 +584,111 @@ mod tests {
                 .await
                 .unwrap();
         assert_eq!(counts, (0, 1));
+    }
+
+    /// A database at migration 25 keeps every request, attempt (its answer's place included),
+    /// body and output through the rebuild that makes their checks cheap; a state or outcome
+    /// outside the lists is still refused, a request pointing at no tranche fails its
+    /// transaction's commit, and the counters follow the requests unless paused.
+    #[tokio::test]
+    async fn cheap_row_checks_keep_every_row_and_refuse_what_they_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = migrated_to(&dir, 25).await;
+        for sql in [
+            "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at,
+                               n_pending, n_queued)
+             VALUES ('job_1', 'openai', 'running', '{}', 2, 1, 1, 1, 1)",
+            "INSERT INTO tranches (id, seq, provider, endpoint, model, state, request_count, bytes,
+                                   created_at, updated_at)
+             VALUES ('tr_a', 1, 'openai', '/v1/chat/completions', 'm', 'submitted', 1, 10, 1, 1)",
+            "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint, model,
+                                   wire_bytes, input_hash, state, tranche_seq, attempts,
+                                   max_attempts, est_tokens, accepted_at)
+             VALUES (1, 'job_1', 1, 'a', 'a', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                     'queued', 1, 1, 3, 1, 1),
+                    (2, 'job_1', 2, 'b', 'b', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                     'pending', NULL, 0, 3, 1, 1)",
+            "INSERT INTO attempts (request_id, attempt, tranche_seq, outcome, created_at,
+                                   output_object, output_offset, output_length)
+             VALUES (1, 1, 1, 'succeeded', 5, 'raw/x', 7, 9)",
+            "INSERT INTO request_bodies (request_id, body) VALUES (2, '{\"x\":2}')",
+            "INSERT INTO request_outputs (request_id, output) VALUES (1, '{\"ok\":1}')",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        migrator().run(&pool).await.unwrap();
+        let rows: Vec<(i64, String, Option<i64>)> =
+            sqlx::query_as("SELECT id, state, tranche_seq FROM requests ORDER BY id")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        assert_eq!(rows, [(1, "queued".into(), Some(1)), (2, "pending".into(), None)]);
+        let kept: (String, String, i64, String, String) = sqlx::query_as(
+            "SELECT a.outcome, a.output_object, a.output_offset,
+                    (SELECT body FROM request_bodies WHERE request_id = 2),
+                    (SELECT output FROM request_outputs WHERE request_id = 1)
+             FROM attempts AS a WHERE a.request_id = 1 AND a.tranche_seq = 1",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            kept,
+            ("succeeded".into(), "raw/x".into(), 7, r#"{"x":2}"#.into(), r#"{"ok":1}"#.into())
+        );
+        let broken: Vec<sqlx::sqlite::SqliteRow> =
+            sqlx::query("PRAGMA foreign_key_check").fetch_all(&pool).await.unwrap();
+        assert!(broken.is_empty(), "{} rows point nowhere", broken.len());
+        for bad in [
+            "UPDATE requests SET state = 'lost' WHERE id = 2",
+            "INSERT INTO attempts (request_id, attempt, tranche_seq, outcome, created_at)
+             VALUES (2, 1, 1, 'vanished', 5)",
+        ] {
+            let refused = sqlx::query(bad).execute(&pool).await.unwrap_err();
+            assert!(
+                refused.as_database_error().is_some_and(|e| e.is_check_violation()),
+                "{bad}: {refused}"
+            );
+        }
+        // A foreign key is checked at the commit: the statement passes, the commit does not,
+        // and nothing of the transaction stays.
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("UPDATE requests SET tranche_seq = 99 WHERE id = 2")
+            .execute(&mut *tx)
+            .await
+            .expect("checked at the commit");
+        let refused = tx.commit().await.unwrap_err();
+        assert!(
+            refused.as_database_error().is_some_and(|e| e.is_foreign_key_violation()),
+            "{refused}"
+        );
+        let seq: Option<i64> = sqlx::query_scalar("SELECT tranche_seq FROM requests WHERE id = 2")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(seq, None);
+        // Each state the rule names is still taken, and counted by the trigger.
+        for state in ["queued", "succeeded", "failed", "cancelled", "pending"] {
+            sqlx::query("UPDATE requests SET state = ? WHERE id = 2")
+                .bind(state)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        let counts: (i64, i64) =
+            sqlx::query_as("SELECT n_pending, n_queued FROM jobs").fetch_one(&pool).await.unwrap();
+        assert_eq!(counts, (1, 1));
+        // Paused, the trigger counts nothing.
+        sqlx::query("UPDATE counter_pause SET paused = 1").execute(&pool).await.unwrap();
+        sqlx::query("UPDATE requests SET state = 'cancelled' WHERE id = 2")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE counter_pause SET paused = 0").execute(&pool).await.unwrap();
+        let counts: (i64, i64) = sqlx::query_as("SELECT n_pending, n_cancelled FROM jobs")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(counts, (1, 0));
     }
 }
