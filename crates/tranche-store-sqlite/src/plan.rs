@@ -1,6 +1,6 @@
 //! Waiting requests in keyset pages, earlier answers, enqueued tokens, and claims.
 
-use sqlx::Row;
+use sqlx::{Row, Sqlite, Transaction};
 use tranche_core::{JobId, LeaseToken, ProviderKind, Usd};
 use tranche_store::rows::{
     StoredRow, day_of, parse, pending_group_from_row, tenant_load_from_row, to_i64, to_u64,
@@ -309,21 +309,9 @@ impl PlanStore for SqliteStore {
         .bind(tranche.created_at)
         .fetch_one(&mut *tx)
         .await?;
-        let ids = crate::json_list("request ids", request_ids)?;
         // The claimed requests' jobs are counted once each below, not once per request.
-        // `OR FAIL`: a claim that stops halfway fails with its transaction, so SQLite need not
-        // keep a statement journal to undo it alone (85 MB a tranche of 50,000; see migration
-        // `0026`).
         crate::pause_counters(&mut tx, true).await?;
-        let claimed = sqlx::query(
-            "UPDATE OR FAIL requests SET state = 'queued', tranche_seq = ?
-             WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",
-        )
-        .bind(seq)
-        .bind(ids)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let claimed = claim(&mut tx, seq, request_ids).await?;
         if claimed == 0 {
             // Dropping the transaction rolls the empty tranche (and the pause) back.
             return Ok(Some(0));
@@ -359,5 +347,78 @@ impl PlanStore for SqliteStore {
         .await?;
         tx.commit().await?;
         Ok(Some(claimed))
+    }
+}
+
+/// Most runs of consecutive ids a claim takes one range at a time; more, and it takes the ids
+/// as one list.
+const CLAIM_RUNS: usize = 32;
+
+/// Moves the waiting requests among `ids` into the tranche numbered `seq`; returns how many.
+///
+/// A tranche's ids nearly always form a few runs of consecutive ids (a plan takes waiting
+/// requests in id order), and each run is claimed as a range of rowids: every id of a run is
+/// one of `ids`, so that is the same set. Taking 50,000 ids from a JSON list instead builds
+/// them into a temporary index first (SQLite's shell: 0.32 s of CPU against 0.19). Scattered
+/// ids (requests sent again) go as the list.
+///
+/// `OR FAIL`: a claim that stops halfway fails with its transaction, so SQLite need not keep a
+/// statement journal to undo it alone (85 MB a tranche of 50,000; see migration `0026`).
+async fn claim(tx: &mut Transaction<'static, Sqlite>, seq: i64, ids: &[i64]) -> StoreResult<u64> {
+    let runs = id_runs(ids);
+    if runs.len() > CLAIM_RUNS {
+        let ids = crate::json_list("request ids", ids)?;
+        let claimed = sqlx::query(
+            "UPDATE OR FAIL requests SET state = 'queued', tranche_seq = ?
+             WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(seq)
+        .bind(ids)
+        .execute(&mut **tx)
+        .await?;
+        return Ok(claimed.rows_affected());
+    }
+    let mut claimed = 0;
+    for (first, last) in runs {
+        claimed += sqlx::query(
+            "UPDATE OR FAIL requests SET state = 'queued', tranche_seq = ?
+             WHERE state = 'pending' AND id BETWEEN ? AND ?",
+        )
+        .bind(seq)
+        .bind(first)
+        .bind(last)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    }
+    Ok(claimed)
+}
+
+/// `ids` as runs of consecutive ids, each its first and last, in id order (repeats ignored).
+fn id_runs(ids: &[i64]) -> Vec<(i64, i64)> {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    for id in sorted {
+        match runs.last_mut() {
+            Some((_, last)) if *last + 1 == id => *last = id,
+            _ => runs.push((id, id)),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Consecutive ids make one run; a gap starts another; order and repeats do not matter.
+    #[test]
+    fn ids_fall_into_runs_of_consecutive_ids() {
+        assert_eq!(id_runs(&[]), []);
+        assert_eq!(id_runs(&[7]), [(7, 7)]);
+        assert_eq!(id_runs(&[1, 2, 3, 4]), [(1, 4)]);
+        assert_eq!(id_runs(&[9, 3, 1, 2, 2, 10, 5]), [(1, 3), (5, 5), (9, 10)]);
     }
 }

@@ -448,6 +448,31 @@ pub async fn requests_are_claimed_into_one_tranche_only(store: &dyn Store) {
     assert!(pending_ids(store, "m").await.is_empty());
 }
 
+/// A claim takes exactly the waiting requests it names, however they lie: a run of
+/// consecutive ids, a few runs with gaps, or ids too scattered to take run by run.
+pub async fn a_claim_takes_exactly_the_ids_it_names(store: &dyn Store) {
+    add_job(store, 200, "m").await;
+    let ids = pending_ids(store, "m").await;
+    assert_eq!(ids.len(), 200);
+    let tranche =
+        |at| NewTranche { bytes: 10, created_at: at, ..new_tranche(ProviderKind::Openai, "m") };
+    // Every other id of the first 120: 60 runs of one.
+    let scattered: Vec<i64> = ids[..120].iter().copied().step_by(2).collect();
+    assert_eq!(create_tranche(store, &tranche(1), &scattered).await, Some(60));
+    // Three runs with gaps between them, named out of order and one id twice.
+    let mut runs: Vec<i64> = ids[150..160].iter().chain(&ids[170..175]).copied().collect();
+    runs.extend_from_slice(&ids[121..122]);
+    runs.push(ids[150]);
+    runs.reverse();
+    assert_eq!(create_tranche(store, &tranche(2), &runs).await, Some(16));
+    let claimed: std::collections::HashSet<i64> = scattered.iter().chain(&runs).copied().collect();
+    let left = pending_ids(store, "m").await;
+    let expected: Vec<i64> = ids.iter().copied().filter(|id| !claimed.contains(id)).collect();
+    assert_eq!(left, expected);
+    // A run that holds claimed ids takes only the waiting ones among them.
+    assert_eq!(create_tranche(store, &tranche(3), &ids[..130]).await, Some(130 - 60 - 1));
+}
+
 pub async fn results_are_recorded_once_and_the_rest_in_bulk(store: &dyn Store) {
     let job = add_job(store, 3, "m").await;
     let ids = pending_ids(store, "m").await;
@@ -1818,6 +1843,7 @@ macro_rules! store_conformance {
             a_dropped_job_writer_stores_nothing,
             a_committed_job_is_pending_with_its_counts,
             requests_are_claimed_into_one_tranche_only,
+            a_claim_takes_exactly_the_ids_it_names,
             results_are_recorded_once_and_the_rest_in_bulk,
             open_requests_and_queued_cost_follow_a_jobs_requests,
             provider_files_are_tracked_until_deleted,
