@@ -713,11 +713,15 @@ impl IngestWriter for SqliteIngestWriter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The steps of SQLite's plan for `statement`, its parameters bound with `binds`.
-    async fn plan_of(store: &SqliteStore, statement: &str, binds: &[i64]) -> Vec<String> {
+    pub(crate) async fn plan_of(
+        store: &SqliteStore,
+        statement: &str,
+        binds: &[i64],
+    ) -> Vec<String> {
         let explain = format!("EXPLAIN QUERY PLAN {statement}");
         let mut query = sqlx::query(sqlx::AssertSqlSafe(explain));
         for bind in binds {
