@@ -713,24 +713,8 @@ impl IngestWriter for SqliteIngestWriter {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// The steps of SQLite's plan for `statement`, its parameters bound with `binds`.
-    pub(crate) async fn plan_of(
-        store: &SqliteStore,
-        statement: &str,
-        binds: &[i64],
-    ) -> Vec<String> {
-        let explain = format!("EXPLAIN QUERY PLAN {statement}");
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(explain));
-        for bind in binds {
-            query = query.bind(*bind);
-        }
-        let rows =
-            query.fetch_all(&store.pool).await.unwrap_or_else(|e| panic!("{e}: {statement}"));
-        rows.iter().map(|row| row.get(3)).collect()
-    }
 
     /// A string the same as the last is the last one shared; another is a new one.
     #[test]
@@ -821,7 +805,7 @@ pub(crate) mod tests {
             ),
         ] {
             for statement in [answer.whole, answer.grouped, answer.apply] {
-                let plan = plan_of(&store, statement, &[1, 1, 10, 0]).await;
+                let plan = crate::query_plans::plan_of(&store, statement, &[1, 1, 10, 0]).await;
                 let requests: Vec<&String> =
                     plan.iter().filter(|step| step.contains(" r ")).collect();
                 assert!(

@@ -49,6 +49,8 @@ mod pages;
 mod plan;
 mod prune;
 mod queries;
+#[cfg(test)]
+mod query_plans;
 mod tenants;
 mod tranches;
 mod usage;

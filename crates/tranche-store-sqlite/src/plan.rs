@@ -431,7 +431,7 @@ mod tests {
     async fn earlier_answers_walk_only_waiting_requests() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
-        let plan = crate::ingest::tests::plan_of(&store, EARLIER_ANSWERS, &[1, 0, 10]).await;
+        let plan = crate::query_plans::plan_of(&store, EARLIER_ANSWERS, &[1, 0, 10]).await;
         let walks: Vec<&String> = plan.iter().filter(|step| step.contains(" r ")).collect();
         assert_eq!(walks, ["SEARCH r USING INDEX requests_pending (provider=?)"], "{plan:?}");
         assert!(
