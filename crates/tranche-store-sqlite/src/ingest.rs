@@ -199,7 +199,7 @@ enum Staging {
 }
 
 /// The successes of one call, keyed (and so sorted) by request id. Temporary: private to its
-/// connection, and it holds at most one call (4,096 lines, about 400 KB).
+/// connection, and it holds at most one call (the engine's 8,192 lines, about 800 KB).
 const CREATE_SORTED: &str = "CREATE TEMP TABLE IF NOT EXISTS ingest_sorted (
         request_id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL,
         tranche_seq INTEGER NOT NULL, outcome TEXT NOT NULL, status_code INTEGER,
