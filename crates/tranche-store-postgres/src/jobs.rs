@@ -193,13 +193,16 @@ impl JobStore for PgStore {
     }
 
     async fn job_has_open_requests(&self, id: JobId) -> StoreResult<bool> {
-        let row = sqlx::query(
-            "SELECT EXISTS (SELECT 1 FROM requests WHERE job_id = $1 AND state IN ('pending', 'queued'))",
-        )
-        .bind(id.to_string())
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(row.try_get(0)?)
+        // The job's counters follow every committed change of its requests' states. (Asked of
+        // `requests_by_job_state`, the question walked every dead index entry its requests'
+        // earlier states left behind until a vacuum: 3.3 s of the server's over the planning
+        // rounds of a 1,000,000-request run.)
+        let open: Option<bool> =
+            sqlx::query_scalar("SELECT n_pending + n_queued > 0 FROM jobs WHERE id = $1")
+                .bind(id.to_string())
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(open.unwrap_or(false))
     }
 
     async fn job_open_tranches(&self, id: JobId) -> StoreResult<u64> {

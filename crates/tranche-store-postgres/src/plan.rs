@@ -9,6 +9,13 @@ use tranche_store::*;
 
 use crate::PgStore;
 
+// Waiting requests are found through `requests_pending`, a partial index (`state =
+// 'pending'`). In PostgreSQL a claimed request leaves its entry there, dead, until a vacuum
+// removes it, and a scan walks the dead entries to find no live one: after a 100,000-request
+// run, reading the groups of waiting requests, with none waiting, touched 829 index pages in
+// 28 ms (`EXPLAIN (ANALYZE, BUFFERS)`), and a planning round reads them once and looks for
+// earlier answers once more. So both first ask the jobs' counters (which follow every
+// committed change) whether any request waits: an uncorrelated `EXISTS`, evaluated once.
 #[async_trait::async_trait]
 impl PlanStore for PgStore {
     async fn pending_groups(
@@ -17,6 +24,7 @@ impl PlanStore for PgStore {
         now: i64,
     ) -> StoreResult<Vec<PendingGroup>> {
         // No check sorts first, as SQLite sorts NULL (PostgreSQL sorts it last by default).
+        // Nothing is read while no job has a waiting request (see the note above this `impl`).
         let rows = sqlx::query(
             // Grouped by job first (one pass over the pending index), then by the jobs'
             // tenant: a join per job, not per request. No tenant sorts first too.
@@ -24,6 +32,7 @@ impl PlanStore for PgStore {
              FROM (SELECT job_id, endpoint, model, answer_check, COUNT(*) AS n,
                           MIN(accepted_at) AS oldest
                    FROM requests WHERE state = 'pending' AND provider = $1 AND not_before <= $2
+                     AND EXISTS (SELECT 1 FROM jobs WHERE n_pending > 0)
                    GROUP BY job_id, endpoint, model, answer_check) AS g
              JOIN jobs AS j ON j.id = g.job_id
              GROUP BY g.endpoint, g.model, g.answer_check, j.tenant
@@ -92,6 +101,7 @@ impl PlanStore for PgStore {
         // Each waiting request looks its identity up in `requests_identity`; the outer query
         // pages in request id order. Only an answer that passed the same check and is not
         // waiting for review is given. (`NULLS LAST`: SQLite's order of a descending NULL.)
+        // Nothing is read while no job has a waiting request (see the note above this `impl`).
         let rows = sqlx::query(
             "SELECT id, answered_by FROM (
                 SELECT r.id AS id,
@@ -103,6 +113,7 @@ impl PlanStore for PgStore {
                         ORDER BY p.finished_at DESC NULLS LAST, p.id DESC LIMIT 1) AS answered_by
                 FROM requests AS r
                 WHERE r.state = 'pending' AND r.provider = $1 AND r.id > $2
+                  AND EXISTS (SELECT 1 FROM jobs WHERE n_pending > 0)
                 ORDER BY r.id) AS waiting
              WHERE answered_by IS NOT NULL ORDER BY id LIMIT $3",
         )
