@@ -195,8 +195,8 @@ impl JobStore for PgStore {
     async fn job_has_open_requests(&self, id: JobId) -> StoreResult<bool> {
         // The job's counters follow every committed change of its requests' states. (Asked of
         // `requests_by_job_state`, the question walked every dead index entry its requests'
-        // earlier states left behind until a vacuum: 3.3 s of the server's over the planning
-        // rounds of a 1,000,000-request run.)
+        // earlier states left behind until a vacuum: about 3 s of statement time over the
+        // planning rounds of a 1,000,000-request run.)
         let open: Option<bool> =
             sqlx::query_scalar("SELECT n_pending + n_queued > 0 FROM jobs WHERE id = $1")
                 .bind(id.to_string())

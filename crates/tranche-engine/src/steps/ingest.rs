@@ -74,8 +74,9 @@ impl Engine {
         /// row up): staging 100,000 results read 337 MB of the database at 4,096 a call, in
         /// 0.27 s, and 0.22 s at 8,192; `tranche run` at 100,000 requests 2.99 CPU-s against
         /// 3.07 (5 alternating pairs). 8,192 lines are about 2 MB; peak RSS at 1,000,000
-        /// requests stayed 33 MB (32-33 at 4,096, 30 at 10,000 requests). At 16,384 it rose
-        /// to 36, past 1.2 times that of 10,000, for no CPU measurably saved at 1,000,000.
+        /// requests 33-36 MB over four runs (32-34 at 4,096; 30-32 at 10,000 requests). At
+        /// 16,384 it reached 36-38, too near 1.2 times that of 10,000, for no CPU measurably
+        /// saved at 1,000,000.
         const SUCCESS_CHUNK: usize = 8192;
         let (mut matched, mut unknown, mut unparsable) = (0u64, 0u64, 0u64);
         let mut successes = Vec::with_capacity(SUCCESS_CHUNK);
