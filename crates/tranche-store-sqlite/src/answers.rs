@@ -67,8 +67,9 @@ impl AnswerStore for SqliteStore {
         if decided.rows_affected() == 0 {
             return Ok(None);
         }
-        let mut reject =
-            QueryBuilder::<Sqlite>::new("UPDATE requests SET state = 'failed', error = ");
+        let mut reject = QueryBuilder::<Sqlite>::new(
+            "UPDATE requests SET recount = 0, state = 'failed', error = ",
+        );
         reject
             .push_bind(error)
             .push(", finished_at = ")
@@ -134,7 +135,7 @@ impl AnswerStore for SqliteStore {
                 (Some(OutputRef::Text(text)), _) => (None, Some(text.as_str())),
             };
             let done = sqlx::query(
-                "UPDATE requests SET state = ?1, error = ?2,
+                "UPDATE requests SET recount = 0, state = ?1, error = ?2,
                         finished_at = CASE WHEN ?1 = 'pending' THEN NULL ELSE ?3 END,
                         not_before = ?4,
                         tranche_seq = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_seq END,

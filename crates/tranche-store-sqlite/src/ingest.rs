@@ -410,8 +410,8 @@ impl SqliteIngestWriter {
             billed.execute(&mut *self.tx).await?;
         }
         // Every request answered here is queued in this tranche: its job's counters moved
-        // above, once per job and model, not once per request.
-        crate::pause_counters(&mut self.tx, true).await?;
+        // above, once per job and model, not once per request (the apply does not set
+        // `recount`, so the counter trigger is not part of it).
         let applied = sqlx::query(self.answer.apply)
             .bind(self.seq)
             .bind(first)
@@ -420,7 +420,6 @@ impl SqliteIngestWriter {
             .execute(&mut *self.tx)
             .await?;
         self.moved += applied.rows_affected();
-        crate::pause_counters(&mut self.tx, false).await?;
         self.staged = false;
         Ok(())
     }
@@ -620,7 +619,7 @@ impl IngestWriter for SqliteIngestWriter {
             _ => None,
         };
         let row = sqlx::query(
-            "UPDATE requests SET state = ?1, error = ?2, input_tokens = ?3,
+            "UPDATE requests SET recount = 0, state = ?1, error = ?2, input_tokens = ?3,
                     output_tokens = ?4, finished_at = ?5,
                     attempts = attempts + ?6, batch_returns = batch_returns + (1 - ?6),
                     tranche_seq = CASE WHEN ?1 = 'pending' THEN NULL ELSE tranche_seq END,

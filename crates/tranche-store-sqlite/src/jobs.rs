@@ -244,7 +244,7 @@ impl JobStore for SqliteStore {
             return Ok(0);
         }
         let done = sqlx::query(
-            "UPDATE requests SET state = 'cancelled', finished_at = ?, tranche_seq = NULL
+            "UPDATE requests SET recount = 0, state = 'cancelled', finished_at = ?, tranche_seq = NULL
              WHERE job_id = ? AND state = 'pending'",
         )
         .bind(at)
@@ -277,7 +277,7 @@ impl JobStore for SqliteStore {
     async fn detach_job(&self, job: JobId, tranche: TrancheId, at: i64) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
-            "UPDATE requests SET state = 'cancelled', finished_at = ?
+            "UPDATE requests SET recount = 0, state = 'cancelled', finished_at = ?
              WHERE job_id = ? AND tranche_seq = (SELECT seq FROM tranches WHERE id = ?)
                AND state = 'queued'",
         )

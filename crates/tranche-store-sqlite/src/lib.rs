@@ -141,18 +141,12 @@ fn migrator() -> Migrator {
             "cheap row checks",
             include_str!("../migrations/sqlite/0026_cheap_row_checks.sql"),
         ),
+        migration(
+            27,
+            "counted updates",
+            include_str!("../migrations/sqlite/0027_counted_updates.sql"),
+        ),
     ])
-}
-
-/// Stands the per-row counter trigger aside (`true`) while a bulk statement of this
-/// transaction moves many requests whose jobs it counts itself, or brings it back (`false`,
-/// always before the commit: no other connection may see it paused).
-pub(crate) async fn pause_counters(
-    tx: &mut Transaction<'static, Sqlite>,
-    paused: bool,
-) -> StoreResult<()> {
-    sqlx::query("UPDATE counter_pause SET paused = ?").bind(paused).execute(&mut **tx).await?;
-    Ok(())
 }
 
 /// Whether any request of `job` waits in the pool, read from its counters (which follow every
@@ -480,11 +474,14 @@ mod tests {
         let broken: Vec<sqlx::sqlite::SqliteRow> =
             sqlx::query("PRAGMA foreign_key_check").fetch_all(&pool).await.unwrap();
         assert!(broken.is_empty(), "{} rows point nowhere", broken.len());
-        // The counter trigger came back with the table, and a new request can name a tranche.
-        sqlx::query("UPDATE requests SET state = 'queued', tranche_seq = 2 WHERE id = 3")
-            .execute(&pool)
-            .await
-            .unwrap();
+        // The counter trigger came back with the table (it counts a statement that sets
+        // `recount`, migration 27), and a new request can name a tranche.
+        sqlx::query(
+            "UPDATE requests SET recount = 0, state = 'queued', tranche_seq = 2 WHERE id = 3",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
         let counts: (i64, i64) =
             sqlx::query_as("SELECT n_pending, n_queued FROM jobs").fetch_one(&pool).await.unwrap();
         assert_eq!(counts, (0, 2));
@@ -576,7 +573,7 @@ mod tests {
             "{duplicate}"
         );
         insert(4, "job_2").await.expect("one custom id in two jobs");
-        sqlx::query("UPDATE requests SET state = 'succeeded' WHERE id = 1")
+        sqlx::query("UPDATE requests SET recount = 0, state = 'succeeded' WHERE id = 1")
             .execute(&pool)
             .await
             .unwrap();
@@ -591,7 +588,7 @@ mod tests {
     /// A database at migration 25 keeps every request, attempt (its answer's place included),
     /// body and output through the rebuild that makes their checks cheap; a state or outcome
     /// outside the lists is still refused, a request pointing at no tranche fails its
-    /// transaction's commit, and the counters follow the requests unless paused.
+    /// transaction's commit, and the counters follow the requests a statement recounts.
     #[tokio::test]
     async fn cheap_row_checks_keep_every_row_and_refuse_what_they_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -671,7 +668,7 @@ mod tests {
         assert_eq!(seq, None);
         // Each state the rule names is still taken, and counted by the trigger.
         for state in ["queued", "succeeded", "failed", "cancelled", "pending"] {
-            sqlx::query("UPDATE requests SET state = ? WHERE id = 2")
+            sqlx::query("UPDATE requests SET recount = 0, state = ? WHERE id = 2")
                 .bind(state)
                 .execute(&pool)
                 .await
@@ -680,13 +677,12 @@ mod tests {
         let counts: (i64, i64) =
             sqlx::query_as("SELECT n_pending, n_queued FROM jobs").fetch_one(&pool).await.unwrap();
         assert_eq!(counts, (1, 1));
-        // Paused, the trigger counts nothing.
-        sqlx::query("UPDATE counter_pause SET paused = 1").execute(&pool).await.unwrap();
+        // A statement that does not set `recount` (a claim, an apply: they count their rows
+        // themselves) is not counted by the trigger.
         sqlx::query("UPDATE requests SET state = 'cancelled' WHERE id = 2")
             .execute(&pool)
             .await
             .unwrap();
-        sqlx::query("UPDATE counter_pause SET paused = 0").execute(&pool).await.unwrap();
         let counts: (i64, i64) = sqlx::query_as("SELECT n_pending, n_cancelled FROM jobs")
             .fetch_one(&pool)
             .await

@@ -173,7 +173,7 @@ impl PlanStore for SqliteStore {
         .execute(&mut *tx)
         .await?;
         let done = sqlx::query(
-            "UPDATE requests SET
+            "UPDATE requests SET recount = 0,
                 state = 'succeeded', cached = 1, finished_at = ?, error = NULL,
                 input_tokens = NULL, output_tokens = NULL
              WHERE state = 'pending'
@@ -239,7 +239,8 @@ impl PlanStore for SqliteStore {
             return Ok(0);
         }
         let done = sqlx::query(
-            "UPDATE requests SET state = 'cancelled', error = ?, finished_at = ?, tranche_seq = NULL
+            "UPDATE requests SET recount = 0, state = 'cancelled', error = ?, finished_at = ?,
+                    tranche_seq = NULL
              WHERE job_id = ? AND state = 'pending'
                AND NOT EXISTS (
                    SELECT 1 FROM requests AS t
@@ -295,11 +296,11 @@ impl PlanStore for SqliteStore {
         .bind(tranche.created_at)
         .fetch_one(&mut *tx)
         .await?;
-        // The claimed requests' jobs are counted once each below, not once per request.
-        crate::pause_counters(&mut tx, true).await?;
+        // The claimed requests' jobs are counted once each below, not once per request: the
+        // claim does not set `recount`, so the counter trigger is not part of it.
         let claimed = claim(&mut tx, seq, request_ids).await?;
         if claimed == 0 {
-            // Dropping the transaction rolls the empty tranche (and the pause) back.
+            // Dropping the transaction rolls the empty tranche back.
             return Ok(Some(0));
         }
         // The claimed rows are found again through `requests_by_tranche`, here and for
@@ -317,7 +318,6 @@ impl PlanStore for SqliteStore {
         .bind(seq)
         .execute(&mut *tx)
         .await?;
-        crate::pause_counters(&mut tx, false).await?;
         sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
             .bind(to_i64(claimed))
             .bind(&id)

@@ -874,7 +874,8 @@ async fn assert_counts_match_results(store: &dyn Store, job: JobId) {
 }
 
 /// A job's counts follow every change of its requests: claims, results of every kind, a
-/// retry's second attempt, a cancel, an answer reused from an earlier job; tokens add up.
+/// retry's second attempt, a cancel, an answer reused from an earlier job, a job detached from
+/// a tranche and one whose budget is spent; tokens add up.
 pub async fn counts_follow_every_change(store: &dyn Store) {
     let job = add_job(store, 6, "m").await;
     assert_eq!(store.job_counts(job).await.unwrap().pending, 6);
@@ -934,6 +935,19 @@ pub async fn counts_follow_every_change(store: &dyn Store) {
     let counts = store.job_counts(other).await.unwrap();
     assert_eq!((counts.succeeded, counts.cached, counts.pending), (1, 1, 0));
     assert_counts_match_results(store, other).await;
+    // A job detached from a tranche ends its requests queued there, and one whose budget is
+    // spent ends those still waiting.
+    let spent = add_job_as(store, 3, "d", new_job(), "01").await;
+    let ids = pending_ids(store, "d").await;
+    let shared = new_tranche(ProviderKind::Openai, "d");
+    assert_eq!(create_tranche(store, &shared, &ids[..2]).await, Some(2));
+    assert_eq!(store.detach_job(spent, shared.id, 6).await.unwrap(), 2);
+    let counts = store.job_counts(spent).await.unwrap();
+    assert_eq!((counts.pending, counts.queued, counts.cancelled), (1, 0, 2));
+    assert_eq!(store.end_waiting(spent, "{}", 7).await.unwrap(), 1);
+    let counts = store.job_counts(spent).await.unwrap();
+    assert_eq!((counts.pending, counts.queued, counts.cancelled, counts.open()), (0, 0, 3, 0));
+    assert_counts_match_results(store, spent).await;
 }
 
 /// Identical requests (custom id, input hash, answer check) of two jobs go out once: the later
