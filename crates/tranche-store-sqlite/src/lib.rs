@@ -1,6 +1,11 @@
 //! tranche's SQLite store: one file in WAL mode, migrations embedded in the binary. Write
 //! transactions take the write lock up front, and a busy database is waited for; leases are
 //! judged by SQLite's clock. Implements every `tranche_store` trait.
+//!
+//! A statement that changes a request's state, `cached`, attempts or tokens sets
+//! `recount = 0`: that is what makes the counter trigger keep its job's counters (migration
+//! 27). Only the claim and the apply of a tranche's successes leave it out, as they count
+//! their rows themselves.
 
 use std::borrow::Cow;
 use std::path::Path;
