@@ -303,20 +303,23 @@ impl PlanStore for SqliteStore {
             // Dropping the transaction rolls the empty tranche back.
             return Ok(Some(0));
         }
-        // The claimed rows are found again through `requests_by_tranche`, here and for
-        // `job_tranches` below: in wire-id order, so at random among the rows when keys do not
-        // follow input order (0.45 s of a 100,000-request run with such keys). Read by id
-        // instead, in id order, they took 0.04 s, but those runs peaked about 2 MB higher, at
-        // 10,000 requests as at 100,000; one binary's peak has since been seen to move as much
-        // between sittings, so that wants measuring again over many interleaved runs.
-        sqlx::query(
+        // The claimed rows are found again through `requests_by_tranche`, once, to count them
+        // by job; the jobs counted are the tranche's, linked to it below without a second walk
+        // of its rows (which read 25 MB of a 100,000-request run's pages again). In wire-id
+        // order, so at random among the rows when keys do not follow input order (0.45 s of a
+        // 100,000-request run with such keys). Read by id instead, in id order, they took
+        // 0.04 s, but those runs peaked about 2 MB higher, at 10,000 requests as at 100,000;
+        // one binary's peak has since been seen to move as much between sittings, so that
+        // wants measuring again over many interleaved runs.
+        let jobs: Vec<String> = sqlx::query_scalar(
             "UPDATE jobs SET n_pending = n_pending - c.n, n_queued = n_queued + c.n
              FROM (SELECT job_id, COUNT(*) AS n FROM requests
                    WHERE tranche_seq = ? AND state = 'queued' GROUP BY job_id) AS c
-             WHERE jobs.id = c.job_id",
+             WHERE jobs.id = c.job_id
+             RETURNING jobs.id",
         )
         .bind(seq)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
         sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
             .bind(to_i64(claimed))
@@ -325,10 +328,10 @@ impl PlanStore for SqliteStore {
             .await?;
         sqlx::query(
             "INSERT OR IGNORE INTO job_tranches (job_id, tranche_id)
-             SELECT DISTINCT job_id, ? FROM requests WHERE tranche_seq = ? AND state = 'queued'",
+             SELECT value, ? FROM json_each(?)",
         )
         .bind(&id)
-        .bind(seq)
+        .bind(crate::json_list("job ids", &jobs)?)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
