@@ -876,17 +876,23 @@ fn tunables_in(env: &[String]) -> Option<String> {
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
-fn the_binary_runs_with_one_malloc_arena_and_a_fixed_mmap_threshold_unless_the_user_set_them() {
+fn the_binary_runs_with_its_malloc_tunables_unless_the_user_set_them() {
     let env = environment_of_a_started_sim(None);
     assert_eq!(
         tunables_in(&env).as_deref(),
-        Some("glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=1048576"),
-        "the process started again with both tunables: {env:?}"
+        Some(
+            "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=1048576:\
+             glibc.malloc.trim_threshold=8388608"
+        ),
+        "the process started again with the tunables: {env:?}"
     );
     let env = environment_of_a_started_sim(Some("glibc.malloc.arena_max=3"));
     assert_eq!(
         tunables_in(&env).as_deref(),
-        Some("glibc.malloc.arena_max=3:glibc.malloc.mmap_threshold=1048576"),
+        Some(
+            "glibc.malloc.arena_max=3:glibc.malloc.mmap_threshold=1048576:\
+             glibc.malloc.trim_threshold=8388608"
+        ),
         "the user's cap stands"
     );
 }
