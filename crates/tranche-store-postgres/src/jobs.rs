@@ -252,9 +252,12 @@ impl JobStore for PgStore {
     }
 
     async fn job_live_tranches(&self, id: JobId) -> StoreResult<Vec<(TrancheRecord, bool)>> {
+        // A tranche is the job's alone when no other job's request waits in it (looked up in
+        // `requests_by_tranche`, which holds the queued ones), as on SQLite.
         let rows = sqlx::query(
             "SELECT t.*, NOT EXISTS (SELECT 1 FROM requests o
-                                     WHERE o.tranche_id = t.id AND o.job_id <> $1) AS exclusive
+                                     WHERE o.tranche_id = t.id AND o.state = 'queued'
+                                       AND o.job_id <> $1) AS exclusive
              FROM tranches t
              WHERE t.state NOT IN ('done', 'failed')
                AND t.id IN (SELECT DISTINCT tranche_id FROM requests

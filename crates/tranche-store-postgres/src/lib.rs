@@ -80,6 +80,11 @@ fn migrator() -> Migrator {
             "tranche tenants",
             include_str!("../migrations/postgres/0005_tranche_tenants.sql"),
         ),
+        migration(
+            6,
+            "cheaper claims and answers",
+            include_str!("../migrations/postgres/0006_cheaper_claims_and_answers.sql"),
+        ),
     ])
 }
 

@@ -334,9 +334,11 @@ impl PlanStore for PgStore {
             .bind(&id)
             .execute(&mut *tx)
             .await?;
+        // The claimed requests, found as queued in `requests_by_tranche` (which holds no other).
         sqlx::query(
             "INSERT INTO job_tranches (job_id, tranche_id)
-             SELECT DISTINCT job_id, tranche_id FROM requests WHERE tranche_id = $1
+             SELECT DISTINCT job_id, tranche_id FROM requests
+             WHERE tranche_id = $1 AND state = 'queued'
              ON CONFLICT DO NOTHING",
         )
         .bind(&id)
