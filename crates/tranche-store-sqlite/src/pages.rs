@@ -150,6 +150,28 @@ impl JsonRow {
             .ok_or_else(|| not_a("an integer", index))
     }
 
+    /// The integer or NULL at column `index`, left unread.
+    pub(crate) fn peek_opt_int(&self, index: usize) -> StoreResult<Option<i64>> {
+        match self.cells.borrow().get(index) {
+            Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => {
+                n.as_i64().map(Some).ok_or_else(|| not_a("an integer", index))
+            }
+            _ => Err(not_a("an integer", index)),
+        }
+    }
+
+    /// Puts `value` at column `index` in place of what is there, which is left unread.
+    pub(crate) fn put(&self, index: usize, value: Value) -> StoreResult<()> {
+        let mut cells = self.cells.borrow_mut();
+        let cell = cells
+            .get_mut(index)
+            .filter(|_| self.read.get() & (1u64 << index.min(63)) == 0)
+            .ok_or_else(|| StoreError::Corrupt(format!("column {index} of a page row was read")))?;
+        *cell = value;
+        Ok(())
+    }
+
     fn opt_int(&self, index: usize) -> StoreResult<Option<i64>> {
         match self.take(index)? {
             Value::Null => Ok(None),
@@ -286,6 +308,21 @@ mod tests {
         assert_eq!(read, [("a".into(), 1), ("b".into(), 2), ("c".into(), 3)]);
         let mut rows = parse(r#"[["a", 1], ["b", null]]"#).unwrap();
         assert!(in_id_order(&mut rows, 1).is_err());
+    }
+
+    /// A column peeked at stays unread, and one put in place reads back as put; a column read
+    /// already takes nothing in its place.
+    #[test]
+    fn a_column_is_peeked_at_and_replaced_until_it_is_read() {
+        let rows = parse(r#"[[7, null, "x"]]"#).unwrap();
+        let row = &rows[0];
+        assert_eq!(row.peek_opt_int(0).unwrap(), Some(7));
+        assert_eq!(row.peek_opt_int(1).unwrap(), None);
+        assert!(row.peek_opt_int(2).is_err(), "text is not an integer");
+        row.put(0, Value::String("seven".into())).unwrap();
+        assert_eq!(row.text_at(0).unwrap(), "seven");
+        assert!(row.put(0, Value::Null).is_err(), "read already");
+        assert!(row.put(3, Value::Null).is_err(), "no such column");
     }
 
     #[test]

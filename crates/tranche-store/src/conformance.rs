@@ -922,6 +922,11 @@ pub async fn counts_follow_every_change(store: &dyn Store) {
     assert!(writer.commit(TrancheState::Cleaning, 3).await.unwrap());
     let counts = store.job_counts(job).await.unwrap();
     assert_eq!((counts.succeeded, counts.retried), (2, 1));
+    // Each result names the tranche its request was answered in, or none for one never sent.
+    let results: Vec<ResultRow> = store.job_results(job).try_collect().await.unwrap();
+    let tranches: Vec<Option<TrancheId>> = results.iter().map(|r| r.tranche_id).collect();
+    assert_eq!(tranches[..2], [Some(tranche.id), Some(second.id)]);
+    assert_eq!(tranches[4..], [None, None]);
     assert_eq!(store.job_tokens(job).await.unwrap().input_tokens, 4);
     // Cancelling ends the two still waiting.
     assert_eq!(store.cancel_job(job, 4).await.unwrap(), 2);
