@@ -143,22 +143,12 @@ impl JsonRow {
 
     /// The integer at column `index`, left unread.
     fn peek_int(&self, index: usize) -> StoreResult<i64> {
-        self.cells
-            .borrow()
-            .get(index)
-            .and_then(Value::as_i64)
-            .ok_or_else(|| not_a("an integer", index))
+        self.peek_opt_int(index)?.ok_or_else(|| not_a("an integer", index))
     }
 
     /// The integer or NULL at column `index`, left unread.
     pub(crate) fn peek_opt_int(&self, index: usize) -> StoreResult<Option<i64>> {
-        match self.cells.borrow().get(index) {
-            Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => {
-                n.as_i64().map(Some).ok_or_else(|| not_a("an integer", index))
-            }
-            _ => Err(not_a("an integer", index)),
-        }
+        opt_int_of(self.cells.borrow().get(index), index)
     }
 
     /// Puts `value` at column `index` in place of what is there, which is left unread.
@@ -166,18 +156,23 @@ impl JsonRow {
         let mut cells = self.cells.borrow_mut();
         let cell = cells
             .get_mut(index)
-            .filter(|_| self.read.get() & (1u64 << index.min(63)) == 0)
+            .filter(|_| index < 64 && self.read.get() & (1u64 << index) == 0)
             .ok_or_else(|| StoreError::Corrupt(format!("column {index} of a page row was read")))?;
         *cell = value;
         Ok(())
     }
 
     fn opt_int(&self, index: usize) -> StoreResult<Option<i64>> {
-        match self.take(index)? {
-            Value::Null => Ok(None),
-            Value::Number(n) => n.as_i64().map(Some).ok_or_else(|| not_a("an integer", index)),
-            _ => Err(not_a("an integer", index)),
-        }
+        opt_int_of(Some(&self.take(index)?), index)
+    }
+}
+
+/// The integer or NULL a page row's column `index` holds.
+fn opt_int_of(cell: Option<&Value>, index: usize) -> StoreResult<Option<i64>> {
+    match cell {
+        Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| not_a("an integer", index)),
+        _ => Err(not_a("an integer", index)),
     }
 }
 

@@ -175,19 +175,13 @@ async fn name_tranches(
     page: Page,
     at: usize,
 ) -> StoreResult<Page> {
-    let mut numbers = Vec::new();
+    let mut numbers = std::collections::BTreeSet::new();
     for row in &page.rows {
-        if let Some(seq) = row.peek_opt_int(at)?
-            && numbers.last() != Some(&seq)
-        {
-            numbers.push(seq);
-        }
+        numbers.extend(row.peek_opt_int(at)?);
     }
     if numbers.is_empty() {
         return Ok(page);
     }
-    numbers.sort_unstable();
-    numbers.dedup();
     let ids: Vec<(i64, String)> = sqlx::query_as(
         "SELECT seq, id FROM tranches WHERE seq IN (SELECT value FROM json_each(?))",
     )
