@@ -278,7 +278,7 @@ impl Render {
             };
             let record = [
                 row.custom_id.as_str(),
-                key.as_str(),
+                key,
                 status_name(row.state),
                 answer.as_str(),
                 field("code"),
@@ -295,7 +295,7 @@ impl Render {
         };
         let line = ResultLine {
             custom_id: &row.custom_id,
-            key: &key,
+            key,
             status: status_name(row.state),
             output,
             error: raw(row.error)?,
@@ -367,10 +367,8 @@ async fn result_line(
 
 /// The key a custom id carries (`key:task:version`), or the whole id when it is not one of
 /// tranche's.
-pub(crate) fn key_of(custom_id: &str) -> String {
-    CustomId::parse(custom_id)
-        .map(|id| id.key().to_owned())
-        .unwrap_or_else(|_| custom_id.to_owned())
+pub(crate) fn key_of(custom_id: &str) -> &str {
+    CustomId::key_in(custom_id).unwrap_or(custom_id)
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ impl App {
             });
             let input = self.request_input(job.id, &row.custom_id).await?;
             items.push(ReviewItem {
-                key: key_of(&row.custom_id),
+                key: key_of(&row.custom_id).to_owned(),
                 custom_id: row.custom_id,
                 input: raw(input)?,
                 output: raw(output)?,

@@ -185,16 +185,36 @@ pub enum CustomIdError {
 impl CustomId {
     /// Parses an id as written in an input file.
     pub fn parse(s: &str) -> Result<Self, CustomIdError> {
+        Self::check(s)?;
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The key of `s` ([`CustomId::key`]) when `s` is a valid id, without making one: an
+    /// export names the key of every line it writes.
+    pub fn key_in(s: &str) -> Result<&str, CustomIdError> {
+        Self::check(s)?;
+        Ok(key_part(s))
+    }
+
+    /// Whether `s` is a valid id, and if not, why.
+    fn check(s: &str) -> Result<(), CustomIdError> {
         if s.is_empty() {
             return Err(CustomIdError::Empty);
         }
         if s.len() > MAX_CUSTOM_ID_LEN {
             return Err(CustomIdError::TooLong);
         }
-        if s.chars().any(char::is_control) {
+        // An ASCII id (nearly all) is checked byte by byte: its control characters are
+        // exactly the ASCII ones, and `char::is_control` looks each up in Unicode's tables.
+        let control = if s.is_ascii() {
+            s.bytes().any(|b| b.is_ascii_control())
+        } else {
+            s.chars().any(char::is_control)
+        };
+        if control {
             return Err(CustomIdError::ControlCharacter);
         }
-        let rest = match s.split_once("::") {
+        let rest = match split_tenant(s) {
             Some((tenant, rest)) => {
                 if tenant.is_empty() {
                     return Err(CustomIdError::EmptyPart("tenant"));
@@ -223,7 +243,7 @@ impl CustomId {
         } else if rest.is_empty() {
             return Err(CustomIdError::EmptyPart("key"));
         }
-        Ok(Self(s.to_owned()))
+        Ok(())
     }
 
     /// Builds `[tenant::]key:task:version` from its parts.
@@ -269,20 +289,16 @@ impl CustomId {
 
     /// The tenant prefix, if any.
     pub fn tenant(&self) -> Option<&str> {
-        self.0.split_once("::").map(|(tenant, _)| tenant)
+        split_tenant(&self.0).map(|(tenant, _)| tenant)
     }
 
     fn without_tenant(&self) -> &str {
-        self.0.split_once("::").map_or(self.0.as_str(), |(_, rest)| rest)
+        without_tenant(&self.0)
     }
 
     /// The caller's domain key: everything before `:task:version`, or the whole id.
     pub fn key(&self) -> &str {
-        let rest = self.without_tenant();
-        match rest.rsplitn(3, ':').nth(2) {
-            Some(key) => key,
-            None => rest,
-        }
+        key_part(&self.0)
     }
 
     /// The task part, when the id is structured.
@@ -327,6 +343,28 @@ impl TryFrom<String> for CustomId {
 impl From<CustomId> for String {
     fn from(id: CustomId) -> String {
         id.0
+    }
+}
+
+/// An id split at its first `::`: the tenant and the rest. (`str::split_once("::")` says the
+/// same, through a substring searcher whose setup costs more than these short ids' scan.)
+fn split_tenant(id: &str) -> Option<(&str, &str)> {
+    let bytes = id.as_bytes();
+    let at = bytes.windows(2).position(|pair| pair == b"::")?;
+    Some((&id[..at], &id[at + 2..]))
+}
+
+/// An id without its `tenant::` prefix.
+fn without_tenant(id: &str) -> &str {
+    split_tenant(id).map_or(id, |(_, rest)| rest)
+}
+
+/// The key of an id: everything before `:task:version` (after the tenant), or the whole id.
+fn key_part(id: &str) -> &str {
+    let rest = without_tenant(id);
+    match rest.rsplitn(3, ':').nth(2) {
+        Some(key) => key,
+        None => rest,
     }
 }
 
@@ -377,6 +415,28 @@ mod tests {
             Err(CustomIdError::ColonInPart("task"))
         );
         assert_eq!(CustomId::parse(&"x".repeat(513)), Err(CustomIdError::TooLong));
+    }
+
+    /// `key_in` gives what parsing and `key` give, and refuses what parsing refuses.
+    #[test]
+    fn key_in_agrees_with_parse_and_key() {
+        for s in [
+            "ticket:84291:intent:v3",
+            "acme::doc:7:t:v1",
+            "request-17",
+            "acme::b",
+            "a:b:c",
+            "café:t:v1",
+            "a::b:c:d",
+        ] {
+            assert_eq!(CustomId::key_in(s), Ok(CustomId::parse(s).unwrap().key()), "{s}");
+        }
+        assert_eq!(CustomId::key_in("acme::doc:7:t:v1"), Ok("doc:7"));
+        // Control characters, ASCII and not (U+0085 is one of C1's).
+        for s in ["", "a:b:", ":b:c", "a\nb", "a\u{7f}b", "caf\u{e9}\u{85}", "::k:t:v", "k:t::v"] {
+            assert_eq!(CustomId::key_in(s), CustomId::parse(s).map(|_| s), "{s}");
+            assert!(CustomId::key_in(s).is_err(), "{s}");
+        }
     }
 
     #[test]
