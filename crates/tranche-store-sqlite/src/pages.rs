@@ -98,8 +98,8 @@ pub(crate) fn parse(text: &str) -> StoreResult<Vec<JsonRow>> {
     parse_sized(text, 0)
 }
 
-/// [`parse`] of a page said to hold `count` rows: the rows' vector is made that large at once,
-/// and each row's cells as many as the row before had. (Grown as serde grows a vector of unknown
+/// The rows of a page's JSON array of row arrays, the page said to hold `count` rows: the
+/// rows' vector is made that large at once, and each row's cells as many as the row before had. (Grown as serde grows a vector of unknown
 /// length, from nothing by doubling, a results page's rows took 3 reallocations each, and the
 /// page 10 more: 30,000 in an export of 10,000 results, 2.7% of its instructions.)
 fn parse_sized(text: &str, count: usize) -> StoreResult<Vec<JsonRow>> {
