@@ -300,10 +300,6 @@ impl CustomId {
         split_tenant(&self.0).map(|(tenant, _)| tenant)
     }
 
-    fn without_tenant(&self) -> &str {
-        without_tenant(&self.0)
-    }
-
     /// The caller's domain key: everything before `:task:version`, or the whole id.
     pub fn key(&self) -> &str {
         key_part(&self.0)
@@ -311,7 +307,7 @@ impl CustomId {
 
     /// The task part, when the id is structured.
     pub fn task(&self) -> Option<&str> {
-        let rest = self.without_tenant();
+        let rest = without_tenant(&self.0);
         let mut parts = rest.rsplitn(3, ':');
         let _version = parts.next();
         let task = parts.next()?;
@@ -320,7 +316,7 @@ impl CustomId {
 
     /// The version part, when the id is structured.
     pub fn version(&self) -> Option<&str> {
-        let rest = self.without_tenant();
+        let rest = without_tenant(&self.0);
         let mut parts = rest.rsplitn(3, ':');
         let version = parts.next()?;
         parts.next()?;
