@@ -49,6 +49,16 @@ impl InputHash {
         Self(hasher.0.finalize().into())
     }
 
+    /// The hash whose digest is `bytes`.
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The digest's 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     pub fn to_hex(&self) -> String {
         // Into a buffer at once: `hex::encode` collects the digits one `char` at a time.
         let mut digits = [0u8; 64];

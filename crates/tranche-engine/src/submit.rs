@@ -210,7 +210,7 @@ impl Engine {
                     model: &request.model,
                     body,
                     wire_bytes,
-                    input_hash: &request.input_hash.to_hex(),
+                    input_hash: request.input_hash,
                     max_attempts,
                     est_tokens: request.est_tokens,
                     max_cost,

@@ -705,7 +705,7 @@ async fn bodies_rest_in_the_blob_store_and_older_jobs_still_run() {
             model: "gpt-4o-mini",
             body: RequestBody::Stored(body),
             wire_bytes: 200,
-            input_hash: "00",
+            input_hash: tranche_core::InputHash::from_bytes([0; 32]),
             max_attempts: 3,
             est_tokens: 10,
             max_cost: None,

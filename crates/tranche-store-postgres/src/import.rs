@@ -16,8 +16,9 @@ use crate::PgStore;
 /// tables PostgreSQL's schema mirrors (indexes differ). SQLite's `attempts` also keeps where a
 /// success's answer rests, which its ingest fills the request from; the request carries the
 /// same, and that is what is copied. Its `requests.recount` (migration 27) holds nothing: it
-/// only marks which statements SQLite's counter trigger follows, and is not copied.
-const SQLITE_SCHEMA: i64 = 27;
+/// only marks which statements SQLite's counter trigger follows, and is not copied. Its
+/// `requests.input_hash` holds the hash's bytes (migration 28), PostgreSQL's its hex digits.
+const SQLITE_SCHEMA: i64 = 28;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;
@@ -199,9 +200,10 @@ impl PgStore {
                 tenant: Option<String>]
         );
         copy_table!(src, tx, report, "requests", page = PAGE,
-            // SQLite names a request's tranche by its number; PostgreSQL by its id.
+            // SQLite names a request's tranche by its number, PostgreSQL by its id.
             select = "SELECT r.id AS k, r.id, r.job_id, r.line, r.custom_id, r.wire_id,
-                             r.provider, r.endpoint, r.model, r.wire_bytes, r.input_hash,
+                             r.provider, r.endpoint, r.model, r.wire_bytes,
+                             lower(hex(r.input_hash)) AS input_hash,
                              r.state, t.id AS tranche_id, r.attempts, r.max_attempts,
                              r.batch_returns, r.cached, r.est_tokens, r.accepted_at,
                              r.not_before, r.error, r.input_tokens, r.output_tokens,

@@ -154,7 +154,7 @@ impl JobWriter for PgJobWriter {
         chunk.endpoint.push(request.endpoint.as_str());
         chunk.model.push(request.model.to_owned());
         chunk.wire_bytes.push(to_i64(request.wire_bytes));
-        chunk.input_hash.push(request.input_hash.to_owned());
+        chunk.input_hash.push(request.input_hash.to_hex());
         chunk.max_attempts.push(i64::from(request.max_attempts));
         chunk.est_tokens.push(to_i64(request.est_tokens));
         chunk.max_cost.push(request.max_cost.map(|c| to_i64(c.nanos())));

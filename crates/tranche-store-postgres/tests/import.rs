@@ -140,7 +140,7 @@ async fn checked_job(store: &dyn Store, n: u64, model: &str) {
                 model,
                 body: RequestBody::Stored("{}"),
                 wire_bytes: 2,
-                input_hash: "01",
+                input_hash: tranche_core::InputHash::from_bytes([1; 32]),
                 max_attempts: 3,
                 est_tokens: 1,
                 max_cost: None,

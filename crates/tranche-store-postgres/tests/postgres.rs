@@ -20,7 +20,7 @@ fn request<'a>(line: u64, custom_id: &'a str) -> NewRequest<'a> {
         model: "m",
         body: RequestBody::Stored("{}"),
         wire_bytes: 2,
-        input_hash: "00",
+        input_hash: tranche_core::InputHash::from_bytes([0; 32]),
         max_attempts: 3,
         est_tokens: 1,
         max_cost: None,

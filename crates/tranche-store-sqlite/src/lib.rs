@@ -151,6 +151,11 @@ fn migrator() -> Migrator {
             "counted updates",
             include_str!("../migrations/sqlite/0027_counted_updates.sql"),
         ),
+        migration(
+            28,
+            "input hash bytes",
+            include_str!("../migrations/sqlite/0028_input_hash_bytes.sql"),
+        ),
     ])
 }
 
@@ -565,7 +570,7 @@ mod tests {
                 "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint,
                                        model, wire_bytes, input_hash, state, max_attempts,
                                        est_tokens, accepted_at)
-                 VALUES (?, ?, 9, 'b', 'b', 'openai', '/v1/chat/completions', 'm', 10, 'h',
+                 VALUES (?, ?, 9, 'b', 'b', 'openai', '/v1/chat/completions', 'm', 10, X'68',
                          'pending', 3, 1, 1)",
             )
             .bind(id)
@@ -693,5 +698,120 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(counts, (1, 0));
+    }
+
+    /// A database at migration 27 keeps every request through the rebuild that keeps input
+    /// hashes as bytes: a hash of hex digits becomes its 32 bytes (equal hashes stay equal),
+    /// anything else keeps its bytes; attempts and bodies still point at their requests, the
+    /// indexes and the counter trigger are back, and running the rebuild again changes nothing.
+    #[tokio::test]
+    async fn input_hashes_become_their_bytes_and_everything_else_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = migrated_to(&dir, 27).await;
+        let hex = "e13279429fc4b7ca6fd261de83ef9999071b475598c9bbb442beaa184ad0b8f8";
+        for sql in [
+            "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at,
+                               n_pending, n_queued)
+             VALUES ('job_1', 'openai', 'running', '{}', 3, 1, 1, 2, 1)",
+            "INSERT INTO tranches (id, seq, provider, endpoint, model, state, request_count, bytes,
+                                   created_at, updated_at)
+             VALUES ('tr_a', 1, 'openai', '/v1/chat/completions', 'm', 'submitted', 1, 10, 1, 1)",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        for (id, hash, state, seq) in
+            [(1, hex, "queued", Some(1)), (2, hex, "pending", None), (3, "h", "pending", None)]
+        {
+            sqlx::query(
+                "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint,
+                                       model, wire_bytes, input_hash, state, tranche_seq,
+                                       max_attempts, est_tokens, accepted_at)
+                 VALUES (?1, 'job_1', ?1, 'k' || ?1, 'k' || ?1, 'openai',
+                         '/v1/chat/completions', 'm', 10, ?2, ?3, ?4, 3, 1, 1)",
+            )
+            .bind(id)
+            .bind(hash)
+            .bind(state)
+            .bind(seq)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        for sql in [
+            "INSERT INTO attempts (request_id, attempt, tranche_seq, outcome, created_at)
+             VALUES (1, 1, 1, 'expired', 5)",
+            "INSERT INTO request_bodies (request_id, body) VALUES (2, '{\"x\":2}')",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        migrator().run(&pool).await.unwrap();
+        let digest = hex.parse::<tranche_core::InputHash>().unwrap().as_bytes().to_vec();
+        let read = || async {
+            sqlx::query_as::<_, (i64, Vec<u8>, String, Option<i64>)>(
+                "SELECT id, input_hash, state, tranche_seq FROM requests ORDER BY id",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        };
+        let want = vec![
+            (1, digest.clone(), "queued".to_owned(), Some(1)),
+            (2, digest.clone(), "pending".to_owned(), None),
+            (3, b"h".to_vec(), "pending".to_owned(), None),
+        ];
+        assert_eq!(read().await, want);
+        let kept: (i64, String) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM attempts WHERE request_id = 1 AND tranche_seq = 1),
+                    (SELECT body FROM request_bodies WHERE request_id = 2)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(kept, (1, r#"{"x":2}"#.into()));
+        let broken: Vec<sqlx::sqlite::SqliteRow> =
+            sqlx::query("PRAGMA foreign_key_check").fetch_all(&pool).await.unwrap();
+        assert!(broken.is_empty(), "{} rows point nowhere", broken.len());
+        let mut indexes: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_schema WHERE tbl_name = 'requests' AND type = 'index'
+             ORDER BY name",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        indexes.sort();
+        assert_eq!(
+            indexes,
+            [
+                "requests_by_job",
+                "requests_by_tranche",
+                "requests_pending",
+                "requests_reused_outputs",
+                "sqlite_autoindex_requests_1"
+            ]
+        );
+        // A hash is stored as bytes only.
+        let text = sqlx::query("UPDATE requests SET input_hash = 'h' WHERE id = 3")
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert!(text.to_string().contains("cannot store TEXT value in BLOB column"), "{text}");
+        // The counter trigger follows a statement that recounts.
+        sqlx::query("UPDATE requests SET recount = 0, state = 'succeeded' WHERE id = 1")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let counts: (i64, i64) = sqlx::query_as("SELECT n_queued, n_succeeded FROM jobs")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(counts, (0, 1));
+        // Run again (two engines migrating at once), the rebuild keeps every hash as it is.
+        sqlx::raw_sql(include_str!("../migrations/sqlite/0028_input_hash_bytes.sql"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let mut again = want;
+        again[0].2 = "succeeded".to_owned();
+        assert_eq!(read().await, again);
     }
 }

@@ -46,7 +46,7 @@ struct RequestRow {
     endpoint: Arc<str>,
     model: Arc<str>,
     wire_bytes: i64,
-    input_hash: Arc<str>,
+    input_hash: [u8; 32],
     max_attempts: i64,
     est_tokens: i64,
     max_cost: Option<i64>,
@@ -166,7 +166,7 @@ impl JobWriter for SqliteJobWriter {
             endpoint,
             model,
             wire_bytes: to_i64(request.wire_bytes),
-            input_hash: request.input_hash.into(),
+            input_hash: *request.input_hash.as_bytes(),
             max_attempts: i64::from(request.max_attempts),
             est_tokens: to_i64(request.est_tokens),
             max_cost: request.max_cost.map(|c| to_i64(c.nanos())),
@@ -204,7 +204,7 @@ impl JobWriter for SqliteJobWriter {
                 .add(Arc::clone(&r.endpoint))?
                 .add(Arc::clone(&r.model))?
                 .add(r.wire_bytes)?
-                .add(Arc::clone(&r.input_hash))?
+                .add(r.input_hash.to_vec())?
                 .add(r.max_attempts)?
                 .add(r.est_tokens)?
                 .add(r.accepted_at)?

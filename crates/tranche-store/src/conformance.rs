@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use tranche_core::{
-    AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
-    RequestState, TokenUsage, TrancheId, TrancheState, Usd,
+    AccountId, Endpoint, EngineId, InputHash, JobId, JobSettings, JobState, LeaseToken,
+    ProviderKind, RequestState, TokenUsage, TrancheId, TrancheState, Usd,
 };
 
 use crate::*;
@@ -146,6 +146,16 @@ pub async fn add_job(store: &dyn Store, n: u64, model: &str) -> JobId {
     add_job_as(store, n, model, new_job(), "00").await
 }
 
+/// A request's input hash named by a short label: equal labels, equal hashes. (The bytes after
+/// the label are 0xab, so that its hex digits hold letters as well as digits.)
+fn hash_of(label: &str) -> InputHash {
+    let mut bytes = [0xab_u8; 32];
+    for (byte, from) in bytes.iter_mut().zip(label.bytes()) {
+        *byte = from;
+    }
+    InputHash::from_bytes(bytes)
+}
+
 /// The request on input line `line`, its wire id its custom id, with no cost limit.
 fn new_request<'a>(
     custom_id: &'a str,
@@ -161,7 +171,7 @@ fn new_request<'a>(
         model,
         body: RequestBody::Stored(r#"{"model":"m"}"#),
         wire_bytes: 10,
-        input_hash,
+        input_hash: hash_of(input_hash),
         max_attempts: 3,
         est_tokens: 10,
         max_cost: None,
@@ -404,7 +414,7 @@ pub async fn a_dropped_job_writer_stores_nothing(store: &dyn Store) {
             model: "m",
             body: RequestBody::Stored("{}"),
             wire_bytes: 2,
-            input_hash: "00",
+            input_hash: hash_of("00"),
             max_attempts: 3,
             est_tokens: 10,
             max_cost: None,
@@ -710,7 +720,7 @@ async fn fixture(store: &dyn Store) -> Fixture {
                 model: "m",
                 body: RequestBody::Stored("{}"),
                 wire_bytes: 10,
-                input_hash: "00",
+                input_hash: hash_of("00"),
                 max_attempts: 3,
                 est_tokens: 1,
                 max_cost: None,
@@ -1121,7 +1131,7 @@ pub async fn bodies_by_reference_come_back_as_ranges_in_request_order(store: &dy
                 model: "m",
                 body: RequestBody::InObject { offset, len },
                 wire_bytes: 10,
-                input_hash: "00",
+                input_hash: hash_of("00"),
                 max_attempts: 3,
                 est_tokens: 1,
                 max_cost: None,
@@ -1666,7 +1676,7 @@ async fn add_hashed_job(store: &dyn Store, requests: &[(&str, &str)]) -> JobId {
                 model: "m",
                 body: RequestBody::Stored("{}"),
                 wire_bytes: 10,
-                input_hash: hash,
+                input_hash: hash_of(hash),
                 max_attempts: 3,
                 est_tokens: 1,
                 max_cost: None,

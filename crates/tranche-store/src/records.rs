@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 pub use tranche_core::AttemptOutcome;
 use tranche_core::{
-    AccountId, Endpoint, EngineId, JobId, JobSettings, JobState, LeaseToken, ProviderKind,
-    RequestState, TokenUsage, TrancheId, TrancheState, Usd,
+    AccountId, Endpoint, EngineId, InputHash, JobId, JobSettings, JobState, LeaseToken,
+    ProviderKind, RequestState, TokenUsage, TrancheId, TrancheState, Usd,
 };
 
 /// A job as first recorded.
@@ -82,7 +82,7 @@ pub struct NewRequest<'a> {
     pub body: RequestBody<'a>,
     /// The size of the request's line in the provider's input.
     pub wire_bytes: u64,
-    pub input_hash: &'a str,
+    pub input_hash: InputHash,
     /// How many times the request may be sent before it ends failed.
     pub max_attempts: u32,
     /// Estimated input + output tokens, for enqueued-token admission.
