@@ -18,7 +18,9 @@ use crate::PgStore;
 /// same, and that is what is copied. Its `requests.recount` (migration 27) holds nothing: it
 /// only marks which statements SQLite's counter trigger follows, and is not copied. Its
 /// `requests.input_hash` holds the hash's bytes (migration 28), PostgreSQL's its hex digits.
-const SQLITE_SCHEMA: i64 = 28;
+/// Its `jobs.first_request` and `last_request` (migration 29) only find a job's requests in
+/// SQLite, and are not copied.
+const SQLITE_SCHEMA: i64 = 29;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;

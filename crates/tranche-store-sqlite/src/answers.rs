@@ -1,7 +1,7 @@
 //! Answers after they arrive: answer checks, the review of a job's answers, and a re-parse's
 //! verdicts.
 
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
+use sqlx::{Row, SqliteConnection};
 use tranche_core::{JobId, JobSettings, RequestState};
 use tranche_store::rows::{input_body, to_i64};
 use tranche_store::*;
@@ -67,29 +67,31 @@ impl AnswerStore for SqliteStore {
         if decided.rows_affected() == 0 {
             return Ok(None);
         }
-        let mut reject = QueryBuilder::<Sqlite>::new(
-            "UPDATE requests SET recount = 0, state = 'failed', error = ",
+        // The job's answers that end failed: all of them, or those of the custom ids given
+        // (`?4`, a JSON list).
+        const REJECT: &str = concat!(
+            "UPDATE requests SET recount = 0, state = 'failed', error = ?2, finished_at = ?3
+             WHERE state = 'succeeded' AND ",
+            job_rows!()
         );
-        reject
-            .push_bind(error)
-            .push(", finished_at = ")
-            .push_bind(review.at)
-            .push(" WHERE job_id = ")
-            .push_bind(job.to_string())
-            .push(" AND state = 'succeeded'");
-        match rejected {
+        const REJECT_ONLY: &str = concat!(
+            "UPDATE requests SET recount = 0, state = 'failed', error = ?2, finished_at = ?3
+             WHERE state = 'succeeded' AND custom_id IN (SELECT value FROM json_each(?4)) AND ",
+            job_rows!()
+        );
+        let (statement, ids) = match rejected {
             Rejected::None => {
                 tx.commit().await?;
                 return Ok(Some(0));
             }
-            Rejected::All => {}
-            Rejected::Only(ids) => {
-                reject.push(" AND custom_id IN (SELECT value FROM json_each(");
-                let ids = crate::json_list("custom ids", ids)?;
-                reject.push_bind(ids).push("))");
-            }
+            Rejected::All => (REJECT, None),
+            Rejected::Only(ids) => (REJECT_ONLY, Some(crate::json_list("custom ids", ids)?)),
+        };
+        let mut reject = sqlx::query(statement).bind(job.to_string()).bind(error).bind(review.at);
+        if let Some(ids) = ids {
+            reject = reject.bind(ids);
         }
-        let rejected = reject.build().execute(&mut *tx).await?.rows_affected();
+        let rejected = reject.execute(&mut *tx).await?.rows_affected();
         tx.commit().await?;
         Ok(Some(rejected))
     }
@@ -113,9 +115,9 @@ impl AnswerStore for SqliteStore {
             .bind(job.to_string())
             .execute(&mut *tx)
             .await?;
-        sqlx::query("UPDATE requests SET answer_check = ? WHERE job_id = ?")
-            .bind(check.map(|c| c.id.as_str()))
+        sqlx::query(concat!("UPDATE requests SET answer_check = ?2 WHERE ", job_rows!()))
             .bind(job.to_string())
+            .bind(check.map(|c| c.id.as_str()))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -243,12 +243,14 @@ impl JobStore for SqliteStore {
             tx.commit().await?;
             return Ok(0);
         }
-        let done = sqlx::query(
-            "UPDATE requests SET recount = 0, state = 'cancelled', finished_at = ?, tranche_seq = NULL
-             WHERE job_id = ? AND state = 'pending'",
-        )
-        .bind(at)
+        let done = sqlx::query(concat!(
+            "UPDATE requests SET recount = 0, state = 'cancelled', finished_at = ?2,
+                    tranche_seq = NULL
+             WHERE state = 'pending' AND ",
+            job_rows!()
+        ))
         .bind(id.to_string())
+        .bind(at)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -256,16 +258,18 @@ impl JobStore for SqliteStore {
     }
 
     async fn job_live_tranches(&self, id: JobId) -> StoreResult<Vec<(TrancheRecord, bool)>> {
-        let rows = sqlx::query(
+        let rows = sqlx::query(concat!(
             "SELECT t.*, NOT EXISTS (SELECT 1 FROM requests o
                                      WHERE o.tranche_seq = t.seq AND o.state = 'queued'
                                        AND o.job_id <> ?1) AS exclusive
              FROM tranches t
              WHERE t.state NOT IN ('done', 'failed')
                AND t.seq IN (SELECT DISTINCT tranche_seq FROM requests
-                             WHERE job_id = ?1 AND state = 'queued' AND tranche_seq IS NOT NULL)
-             ORDER BY t.created_at, t.id",
-        )
+                             WHERE state = 'queued' AND tranche_seq IS NOT NULL AND ",
+            job_rows!(),
+            ")
+             ORDER BY t.created_at, t.id"
+        ))
         .bind(id.to_string())
         .fetch_all(&self.pool)
         .await?;

@@ -28,6 +28,27 @@ macro_rules! db_now_ms {
     };
 }
 
+/// The requests of the job bound as `?1`, as a `WHERE` condition: the job's id range
+/// (`jobs.first_request` to `last_request`, migration `0029`; its writer numbers them in one
+/// run), read in rowid order, with the job checked on each row (`+` keeps SQLite from looking
+/// for an index on it). With an alias, the condition names the table by it. A macro so that
+/// statements stay string literals (`concat!`).
+macro_rules! job_rows {
+    () => {
+        "id BETWEEN (SELECT first_request FROM jobs WHERE id = ?1)
+             AND (SELECT last_request FROM jobs WHERE id = ?1) AND +job_id = ?1"
+    };
+    ($alias:literal) => {
+        concat!(
+            $alias,
+            ".id BETWEEN (SELECT first_request FROM jobs WHERE id = ?1)
+             AND (SELECT last_request FROM jobs WHERE id = ?1) AND +",
+            $alias,
+            ".job_id = ?1"
+        )
+    };
+}
+
 /// What a `usage_totals` upsert adds to the row it meets: every count of the row proposed.
 /// A macro so that the statements stay string literals (`concat!`).
 macro_rules! usage_add {
@@ -156,6 +177,7 @@ fn migrator() -> Migrator {
             "input hash bytes",
             include_str!("../migrations/sqlite/0028_input_hash_bytes.sql"),
         ),
+        migration(29, "job id ranges", include_str!("../migrations/sqlite/0029_job_id_ranges.sql")),
     ])
 }
 
@@ -700,7 +722,7 @@ mod tests {
         assert_eq!(counts, (1, 0));
     }
 
-    /// A database at migration 27 keeps every request through the rebuild that keeps input
+    /// A database at migration 27 keeps every request through the rebuild (28) that keeps input
     /// hashes as bytes: a hash of hex digits becomes its 32 bytes (equal hashes stay equal),
     /// anything else keeps its bytes; attempts and bodies still point at their requests, the
     /// indexes and the counter trigger are back, and running the rebuild again changes nothing.
@@ -744,7 +766,9 @@ mod tests {
         ] {
             sqlx::query(sql).execute(&pool).await.unwrap();
         }
-        migrator().run(&pool).await.unwrap();
+        let mut to_28 = migrator();
+        to_28.migrations.to_mut().truncate(28);
+        to_28.run(&pool).await.unwrap();
         let digest = hex.parse::<tranche_core::InputHash>().unwrap().as_bytes().to_vec();
         let read = || async {
             sqlx::query_as::<_, (i64, Vec<u8>, String, Option<i64>)>(
@@ -813,5 +837,92 @@ mod tests {
         let mut again = want;
         again[0].2 = "succeeded".to_owned();
         assert_eq!(read().await, again);
+    }
+
+    /// A database at migration 28 gives each job the range of its request ids, the least and
+    /// the greatest (a job without requests none), and drops `requests_by_job`; a statement
+    /// over a job's requests takes only the job's, even where another job's ids lie inside its
+    /// range, and reads them by rowid.
+    #[tokio::test]
+    async fn jobs_name_their_id_ranges_and_are_read_by_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = migrated_to(&dir, 28).await;
+        sqlx::query(
+            "INSERT INTO jobs (id, provider, state, settings, accepted, created_at, updated_at,
+                               n_pending)
+             VALUES ('job_1', 'openai', 'running', '{}', 2, 1, 1, 2),
+                    ('job_2', 'openai', 'running', '{}', 1, 1, 1, 1),
+                    ('job_3', 'openai', 'running', '{}', 0, 1, 1, 0)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        for (id, job) in [(1, "job_1"), (2, "job_2"), (3, "job_1")] {
+            sqlx::query(
+                "INSERT INTO requests (id, job_id, line, custom_id, wire_id, provider, endpoint,
+                                       model, wire_bytes, input_hash, state, max_attempts,
+                                       est_tokens, accepted_at)
+                 VALUES (?1, ?2, ?1, 'k' || ?1, 'k' || ?1, 'openai', '/v1/chat/completions',
+                         'm', 10, X'00', 'pending', 3, 1, 1)",
+            )
+            .bind(id)
+            .bind(job)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        migrator().run(&pool).await.unwrap();
+        let ranges: Vec<(String, Option<i64>, Option<i64>)> =
+            sqlx::query_as("SELECT id, first_request, last_request FROM jobs ORDER BY id")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            ranges,
+            [
+                ("job_1".into(), Some(1), Some(3)),
+                ("job_2".into(), Some(2), Some(2)),
+                ("job_3".into(), None, None)
+            ]
+        );
+        let gone: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_schema WHERE name = 'requests_by_job'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(gone, 0);
+        let of = |job: &'static str| {
+            sqlx::query_scalar::<_, String>(concat!(
+                "SELECT group_concat(id, ',') FROM (SELECT id FROM requests WHERE ",
+                job_rows!(),
+                " ORDER BY id)"
+            ))
+            .bind(job)
+            .fetch_optional(&pool)
+        };
+        assert_eq!(of("job_1").await.unwrap(), Some("1,3".into()));
+        assert_eq!(of("job_2").await.unwrap(), Some("2".into()));
+        let none: Option<Option<String>> = sqlx::query_scalar(concat!(
+            "SELECT group_concat(id, ',') FROM requests WHERE ",
+            job_rows!()
+        ))
+        .bind("job_3")
+        .fetch_optional(&pool)
+        .await
+        .unwrap();
+        assert_eq!(none, Some(None), "a job without requests has none");
+        pool.close().await;
+        let store = SqliteStore::open(&dir.path().join("old.db").to_string_lossy()).await.unwrap();
+        let plan = query_plans::plan_of(
+            &store,
+            concat!("SELECT COUNT(*) FROM requests AS r WHERE ", job_rows!("r")),
+            &[1],
+        )
+        .await;
+        assert!(
+            plan.iter()
+                .any(|step| step == "SEARCH r USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            "{plan:?}"
+        );
     }
 }

@@ -238,19 +238,21 @@ impl PlanStore for SqliteStore {
         if !crate::has_pending(&mut tx, job).await? {
             return Ok(0);
         }
-        let done = sqlx::query(
-            "UPDATE requests SET recount = 0, state = 'cancelled', error = ?, finished_at = ?,
+        let done = sqlx::query(concat!(
+            "UPDATE requests SET recount = 0, state = 'cancelled', error = ?2, finished_at = ?3,
                     tranche_seq = NULL
-             WHERE job_id = ? AND state = 'pending'
+             WHERE state = 'pending'
                AND NOT EXISTS (
                    SELECT 1 FROM requests AS t
                    WHERE t.custom_id = requests.custom_id AND t.input_hash = requests.input_hash
                      AND t.answer_check IS requests.answer_check AND t.job_id != requests.job_id
-                     AND t.state IN ('queued', 'pending'))",
-        )
+                     AND t.state IN ('queued', 'pending'))
+               AND ",
+            job_rows!()
+        ))
+        .bind(job.to_string())
         .bind(error)
         .bind(at)
-        .bind(job.to_string())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

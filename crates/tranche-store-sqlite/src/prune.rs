@@ -40,13 +40,25 @@ impl PruneStore for SqliteStore {
             return Ok(0);
         }
         for statement in [
-            "DELETE FROM attempts WHERE request_id IN (SELECT id FROM requests WHERE job_id = ?)",
-            "DELETE FROM request_bodies WHERE request_id IN (SELECT id FROM requests WHERE job_id = ?)",
-            "DELETE FROM request_outputs WHERE request_id IN (SELECT id FROM requests WHERE job_id = ?)",
+            concat!(
+                "DELETE FROM attempts WHERE request_id IN (SELECT id FROM requests WHERE ",
+                job_rows!(),
+                ")"
+            ),
+            concat!(
+                "DELETE FROM request_bodies WHERE request_id IN (SELECT id FROM requests WHERE ",
+                job_rows!(),
+                ")"
+            ),
+            concat!(
+                "DELETE FROM request_outputs WHERE request_id IN (SELECT id FROM requests WHERE ",
+                job_rows!(),
+                ")"
+            ),
         ] {
             sqlx::query(statement).bind(&id).execute(&mut *tx).await?;
         }
-        let removed = sqlx::query("DELETE FROM requests WHERE job_id = ?")
+        let removed = sqlx::query(concat!("DELETE FROM requests WHERE ", job_rows!()))
             .bind(&id)
             .execute(&mut *tx)
             .await?;

@@ -114,7 +114,7 @@ impl QueryStore for SqliteStore {
             // so the job's id range, read in rowid order, is its input order: no sort of the
             // whole job, which at a million requests is a temporary B-tree of all its rows.
             let (first, last): (Option<i64>, Option<i64>) =
-                sqlx::query_as("SELECT MIN(id), MAX(id) FROM requests WHERE job_id = ?")
+                sqlx::query_as("SELECT first_request, last_request FROM jobs WHERE id = ?")
                     .bind(&job)
                     .fetch_one(&mut *tx)
                     .await?;

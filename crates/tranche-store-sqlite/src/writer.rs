@@ -69,6 +69,9 @@ pub(crate) struct SqliteJobWriter {
     /// [`SHARED_NAMES`] are kept, later ones bound as they come).
     names: HashMap<String, Arc<str>>,
     accepted: u64,
+    /// The id the job's first request takes: its requests take the ids from here on, in one
+    /// run (the writer holds the write lock).
+    first_id: i64,
     /// The id given to the last request added.
     last_id: i64,
     rows: Vec<RequestRow>,
@@ -96,6 +99,7 @@ impl SqliteJobWriter {
             provider: provider.as_str().into(),
             names: HashMap::new(),
             accepted: 0,
+            first_id: last_id + 1,
             last_id,
             rows: Vec::with_capacity(INSERT_ROWS),
             bodies: Vec::with_capacity(INSERT_ROWS),
@@ -252,11 +256,18 @@ impl JobWriter for SqliteJobWriter {
             crate::blobs::record(&mut *self.tx, object).await?;
         }
         // Every request of a new job is pending; the counters' trigger follows them from here.
-        sqlx::query("UPDATE jobs SET accepted = ?1, n_pending = ?1 WHERE id = ?2")
-            .bind(to_i64(self.accepted))
-            .bind(&self.job)
-            .execute(&mut *self.tx)
-            .await?;
+        // The job's requests are the ids from its first to its last (none when it has none).
+        let range = (self.accepted > 0).then_some((self.first_id, self.last_id));
+        sqlx::query(
+            "UPDATE jobs SET accepted = ?1, n_pending = ?1, first_request = ?3, last_request = ?4
+             WHERE id = ?2",
+        )
+        .bind(to_i64(self.accepted))
+        .bind(&self.job)
+        .bind(range.map(|r| r.0))
+        .bind(range.map(|r| r.1))
+        .execute(&mut *self.tx)
+        .await?;
         self.tx.commit().await?;
         Ok(self.accepted)
     }
