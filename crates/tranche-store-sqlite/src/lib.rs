@@ -913,16 +913,25 @@ mod tests {
         assert_eq!(none, Some(None), "a job without requests has none");
         pool.close().await;
         let store = SqliteStore::open(&dir.path().join("old.db").to_string_lossy()).await.unwrap();
-        let plan = query_plans::plan_of(
-            &store,
-            concat!("SELECT COUNT(*) FROM requests AS r WHERE ", job_rows!("r")),
-            &[1],
-        )
-        .await;
-        assert!(
-            plan.iter()
-                .any(|step| step == "SEARCH r USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
-            "{plan:?}"
-        );
+        for (statement, walk) in [
+            (
+                concat!("SELECT COUNT(*) FROM requests AS r WHERE ", job_rows!("r")),
+                "SEARCH r USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)",
+            ),
+            (
+                concat!(
+                    "UPDATE requests SET recount = 0 WHERE state = 'pending' AND ",
+                    job_rows!()
+                ),
+                "SEARCH requests USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)",
+            ),
+            (
+                concat!("DELETE FROM requests WHERE ", job_rows!()),
+                "SEARCH requests USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)",
+            ),
+        ] {
+            let plan = query_plans::plan_of(&store, statement, &[1]).await;
+            assert!(plan.iter().any(|step| step == walk), "{statement}: {plan:?}");
+        }
     }
 }
