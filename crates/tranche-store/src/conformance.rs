@@ -1041,6 +1041,26 @@ pub async fn twins_wait_and_answers_are_reused_only_when_checked_and_approved(st
     assert_eq!(answers.len(), 1, "the approved answer is reused, the rejected one is not");
     assert_eq!(store.answer_from(&answers, 6).await.unwrap(), 1);
     assert_eq!(store.job_counts(later).await.unwrap().cached, 1);
+
+    // Rejected whole: every answer of the job fails, and no other job's.
+    let whole = NewJob {
+        settings: JobSettings { review_sample: Some(1), ..new_job().settings },
+        ..new_job()
+    };
+    let whole = add_job_as(store, 2, "y", whole, "08").await;
+    let (tranche, _) = claim_all(store, "y").await;
+    let held = lease(store, tranche).await;
+    let mut writer = store.begin_ingest(tranche, held).await.unwrap();
+    let mut both = vec![success("k0:t:v1", "{}"), success("k1:t:v1", "{}")];
+    writer.record_successes(&mut both, 7).await.unwrap();
+    assert!(writer.commit(TrancheState::Cleaning, 7).await.unwrap());
+    assert!(store.set_job_state(whole, JobState::NeedsReview, None, 7).await.unwrap());
+    let review = Review { verdict: ReviewVerdict::Rejected, by: "ana".into(), at: 8 };
+    let decided = store.decide_review(whole, &review, Rejected::All, "{}").await;
+    assert_eq!(decided.unwrap(), Some(2));
+    let counts = store.job_counts(whole).await.unwrap();
+    assert_eq!((counts.succeeded, counts.failed), (0, 2));
+    assert_eq!(store.job_counts(reviewed).await.unwrap().succeeded, 1, "another job's stay");
 }
 
 /// A re-parse's verdicts move ended requests (and only those); an ended job reopens for the
