@@ -67,30 +67,24 @@ impl AnswerStore for SqliteStore {
         if decided.rows_affected() == 0 {
             return Ok(None);
         }
-        // The job's answers that end failed: all of them, or those of the custom ids given
-        // (`?4`, a JSON list).
+        // The job's answers that end failed: all of them, or only those of the custom ids given
+        // (`?4`, a JSON list, NULL for all).
         const REJECT: &str = concat!(
             "UPDATE requests SET recount = 0, state = 'failed', error = ?2, finished_at = ?3
-             WHERE state = 'succeeded' AND ",
+             WHERE state = 'succeeded'
+               AND (?4 IS NULL OR custom_id IN (SELECT value FROM json_each(?4))) AND ",
             job_rows!()
         );
-        const REJECT_ONLY: &str = concat!(
-            "UPDATE requests SET recount = 0, state = 'failed', error = ?2, finished_at = ?3
-             WHERE state = 'succeeded' AND custom_id IN (SELECT value FROM json_each(?4)) AND ",
-            job_rows!()
-        );
-        let (statement, ids) = match rejected {
+        let ids = match rejected {
             Rejected::None => {
                 tx.commit().await?;
                 return Ok(Some(0));
             }
-            Rejected::All => (REJECT, None),
-            Rejected::Only(ids) => (REJECT_ONLY, Some(crate::json_list("custom ids", ids)?)),
+            Rejected::All => None,
+            Rejected::Only(ids) => Some(crate::json_list("custom ids", ids)?),
         };
-        let mut reject = sqlx::query(statement).bind(job.to_string()).bind(error).bind(review.at);
-        if let Some(ids) = ids {
-            reject = reject.bind(ids);
-        }
+        let reject =
+            sqlx::query(REJECT).bind(job.to_string()).bind(error).bind(review.at).bind(ids);
         let rejected = reject.execute(&mut *tx).await?.rows_affected();
         tx.commit().await?;
         Ok(Some(rejected))

@@ -8,6 +8,19 @@ use tranche_store::*;
 
 use crate::SqliteStore;
 
+/// Deletes the rows of `$table` that belong to the requests of the job bound as `?1`.
+macro_rules! of_jobs_requests {
+    ($table:literal) => {
+        concat!(
+            "DELETE FROM ",
+            $table,
+            " WHERE request_id IN (SELECT id FROM requests WHERE ",
+            job_rows!(),
+            ")"
+        )
+    };
+}
+
 #[async_trait::async_trait]
 impl PruneStore for SqliteStore {
     async fn prunable_jobs(&self, before: i64) -> StoreResult<Vec<(JobRecord, bool)>> {
@@ -40,21 +53,9 @@ impl PruneStore for SqliteStore {
             return Ok(0);
         }
         for statement in [
-            concat!(
-                "DELETE FROM attempts WHERE request_id IN (SELECT id FROM requests WHERE ",
-                job_rows!(),
-                ")"
-            ),
-            concat!(
-                "DELETE FROM request_bodies WHERE request_id IN (SELECT id FROM requests WHERE ",
-                job_rows!(),
-                ")"
-            ),
-            concat!(
-                "DELETE FROM request_outputs WHERE request_id IN (SELECT id FROM requests WHERE ",
-                job_rows!(),
-                ")"
-            ),
+            of_jobs_requests!("attempts"),
+            of_jobs_requests!("request_bodies"),
+            of_jobs_requests!("request_outputs"),
         ] {
             sqlx::query(statement).bind(&id).execute(&mut *tx).await?;
         }
