@@ -20,7 +20,7 @@ use crate::PgStore;
 /// `requests.input_hash` holds the hash's bytes (migration 28), PostgreSQL's its hex digits.
 /// Its `jobs.first_request` and `last_request` (migration 29) only find a job's requests in
 /// SQLite, and are not copied.
-const SQLITE_SCHEMA: i64 = 29;
+const SQLITE_SCHEMA: i64 = 30;
 
 /// Rows read per page and written per statement (memory stays bounded by one page).
 const PAGE: i64 = 1000;

@@ -178,6 +178,11 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0028_input_hash_bytes.sql"),
         ),
         migration(29, "job id ranges", include_str!("../migrations/sqlite/0029_job_id_ranges.sql")),
+        migration(
+            30,
+            "jobs in flight",
+            include_str!("../migrations/sqlite/0030_jobs_in_flight.sql"),
+        ),
     ])
 }
 

@@ -44,34 +44,18 @@ impl PlanStore for SqliteStore {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<PendingItem>> {
-        // The page comes back as one JSON value (`pages`), not row by row.
-        let row = sqlx::query(
-            "SELECT json_group_array(json_array(id, wire_bytes, wire_id, est_tokens, job_id,
-                                                max_cost)),
-                    MAX(id), COUNT(*)
-             FROM (SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
-                   WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ?
-                     AND id > ? AND not_before <= ? AND answer_check IS ?
-                     AND job_id IN (SELECT id FROM jobs WHERE tenant IS ?)
-                     AND NOT EXISTS (
-                         SELECT 1 FROM requests AS t
-                         WHERE t.custom_id = requests.custom_id
-                           AND t.input_hash = requests.input_hash
-                           AND t.answer_check IS requests.answer_check
-                           AND t.job_id != requests.job_id
-                           AND (t.state = 'queued' OR (t.state = 'pending' AND t.id < requests.id)))
-                   ORDER BY id LIMIT ?)",
-        )
-        .bind(provider.as_str())
-        .bind(group.endpoint.as_str())
-        .bind(group.model)
-        .bind(after)
-        .bind(now)
-        .bind(group.answer_check)
-        .bind(group.tenant)
-        .bind(i64::from(limit))
-        .fetch_one(&self.pool)
-        .await?;
+        // The page comes back as one JSON value (`pages`), not row by row. See [`PENDING_PAGE`].
+        let row = sqlx::query(PENDING_PAGE)
+            .bind(provider.as_str())
+            .bind(group.endpoint.as_str())
+            .bind(group.model)
+            .bind(after)
+            .bind(now)
+            .bind(group.answer_check)
+            .bind(group.tenant)
+            .bind(i64::from(limit))
+            .fetch_one(&self.pool)
+            .await?;
         Page::from_row(&row, 0)?
             .rows
             .iter()
@@ -337,6 +321,34 @@ impl PlanStore for SqliteStore {
     }
 }
 
+/// A page of a group's waiting requests after an id, in id order, as one JSON value (binds:
+/// provider, endpoint, model, the id, now, answer check, tenant, how many).
+///
+/// A request whose twin (another job's request with the same custom id, input hash and answer
+/// check) is in flight, or waits with a lower id, is held back: it is answered from the twin's
+/// result, or sent once the twin has failed. That is a lookup in the custom-id key a request.
+/// While fewer than two jobs have a request waiting or in a batch (`jobs_in_flight`, migration
+/// `0030`, asked once a statement), no request has a twin to wait for and the lookups are
+/// skipped: 100,000 waiting requests of one job in 0.10 s against 0.16 (Python's sqlite3 on a
+/// copy of a run's database, 3 alternating runs).
+const PENDING_PAGE: &str = "SELECT json_group_array(json_array(id, wire_bytes, wire_id,
+                                                  est_tokens, job_id, max_cost)),
+           MAX(id), COUNT(*)
+    FROM (SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
+          WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ?
+            AND id > ? AND not_before <= ? AND answer_check IS ?
+            AND job_id IN (SELECT id FROM jobs WHERE tenant IS ?)
+            AND ((SELECT COUNT(*) FROM (SELECT 1 FROM jobs
+                                        WHERE n_pending > 0 OR n_queued > 0 LIMIT 2)) < 2
+                 OR NOT EXISTS (
+                     SELECT 1 FROM requests AS t
+                     WHERE t.custom_id = requests.custom_id
+                       AND t.input_hash = requests.input_hash
+                       AND t.answer_check IS requests.answer_check
+                       AND t.job_id != requests.job_id
+                       AND (t.state = 'queued' OR (t.state = 'pending' AND t.id < requests.id))))
+          ORDER BY id LIMIT ?)";
+
 /// The waiting requests of a provider (after an id) that an earlier answer of another job can
 /// answer, each with that answer's request, in id order (binds: the provider, the id, how many).
 ///
@@ -485,6 +497,24 @@ mod tests {
         assert!(
             plan.iter().any(
                 |step| step == "SEARCH p USING INDEX sqlite_autoindex_requests_1 (custom_id=?)"
+            ),
+            "{plan:?}"
+        );
+    }
+
+    /// A page of waiting requests asks `jobs_in_flight` whether a second job has a request in
+    /// flight (a few index entries, not every job the store keeps) before it looks a request's
+    /// twin up in the custom-id key.
+    #[tokio::test]
+    async fn a_page_asks_the_jobs_in_flight_before_looking_for_twins() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
+        let plan = crate::query_plans::plan_of(&store, PENDING_PAGE, &[1, 1, 1, 0, 0, 1, 1, 10]);
+        let plan = plan.await;
+        assert!(plan.iter().any(|step| step == "SCAN jobs USING INDEX jobs_in_flight"), "{plan:?}");
+        assert!(
+            plan.iter().any(
+                |step| step == "SEARCH t USING INDEX sqlite_autoindex_requests_1 (custom_id=?)"
             ),
             "{plan:?}"
         );
