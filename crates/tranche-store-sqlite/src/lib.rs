@@ -66,6 +66,7 @@ macro_rules! usage_add {
 mod answers;
 mod blobs;
 mod files;
+mod groups;
 mod idempotency;
 mod ingest;
 mod jobs;

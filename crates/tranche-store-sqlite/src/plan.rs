@@ -2,9 +2,7 @@
 
 use sqlx::{Row, Sqlite, Transaction};
 use tranche_core::{JobId, LeaseToken, ProviderKind, Usd};
-use tranche_store::rows::{
-    StoredRow, day_of, parse, pending_group_from_row, tenant_load_from_row, to_i64, to_u64,
-};
+use tranche_store::rows::{StoredRow, day_of, parse, tenant_load_from_row, to_i64, to_u64};
 use tranche_store::*;
 
 use crate::SqliteStore;
@@ -17,23 +15,8 @@ impl PlanStore for SqliteStore {
         provider: ProviderKind,
         now: i64,
     ) -> StoreResult<Vec<PendingGroup>> {
-        let rows = sqlx::query(
-            // Grouped by job first (one pass over the pending index), then by the jobs'
-            // tenant: a join per job, not per request.
-            "SELECT g.endpoint, g.model, g.answer_check, j.tenant, SUM(g.n), MIN(g.oldest)
-             FROM (SELECT job_id, endpoint, model, answer_check, COUNT(*) AS n,
-                          MIN(accepted_at) AS oldest
-                   FROM requests WHERE state = 'pending' AND provider = ? AND not_before <= ?
-                   GROUP BY job_id, endpoint, model, answer_check) AS g
-             JOIN jobs AS j ON j.id = g.job_id
-             GROUP BY g.endpoint, g.model, g.answer_check, j.tenant
-             ORDER BY g.endpoint, g.model, g.answer_check, j.tenant",
-        )
-        .bind(provider.as_str())
-        .bind(now)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(pending_group_from_row).collect()
+        let mut conn = self.pool.acquire().await?;
+        crate::groups::pending_groups(&mut conn, provider, now).await
     }
 
     async fn pending_page(
