@@ -19,8 +19,9 @@ use sqlx::{Sqlite, Transaction};
 use tranche_store::rows::StoredRow;
 use tranche_store::{StoreError, StoreResult};
 
-/// Rows a page holds: large enough that a statement's fixed cost is paid rarely, small
-/// enough that a page (about 200 bytes a row of results) stays well under a MiB.
+/// Rows a page holds (written into its statement as `page_rows!`): large enough that a
+/// statement's fixed cost is paid rarely, small enough that a page (about 200 bytes a row of
+/// results) stays well under a MiB.
 pub(crate) const PAGE_ROWS: i64 = 1024;
 
 /// A page as its statement gives it: the rows and the largest request id among them (where
@@ -304,6 +305,12 @@ mod tests {
     use sqlx::sqlite::SqlitePoolOptions;
 
     use super::*;
+
+    /// The `LIMIT` written into a page's statement is the page's size.
+    #[test]
+    fn a_pages_written_limit_is_its_size() {
+        assert_eq!(page_rows!().parse::<i64>().ok(), Some(PAGE_ROWS));
+    }
 
     /// What SQLite writes for text with quotes, escapes, newlines and characters past ASCII,
     /// for large integers, NULLs and flags, reads back as it was stored.

@@ -8,7 +8,7 @@ use tranche_store::rows::{parse, result_from_row, to_u64, tranche_from_row};
 use tranche_store::*;
 
 use crate::SqliteStore;
-use crate::pages::{PAGE_ROWS, Page, read_pages};
+use crate::pages::{Page, read_pages};
 
 #[async_trait::async_trait]
 impl QueryStore for SqliteStore {
@@ -142,7 +142,7 @@ async fn results_page(
 ) -> StoreResult<Page> {
     // The `+` keeps the job filter from choosing an index over the id range. Each row holds
     // its tranche's number, named below.
-    let row = sqlx::query(
+    let row = sqlx::query(concat!(
         "SELECT json_group_array(json_array(id, custom_id, wire_id, tranche_seq, state, output,
                     error, output_object, output_offset, output_length, cached, attempts,
                     max_attempts, input_tokens, output_tokens, endpoint)),
@@ -152,12 +152,13 @@ async fn results_page(
                       r.attempts, r.max_attempts, r.input_tokens, r.output_tokens, r.endpoint
                FROM requests AS r LEFT JOIN request_outputs AS o ON o.request_id = r.id
                WHERE r.id > ?2 AND r.id <= ?3 AND +r.job_id = ?1
-               ORDER BY r.id LIMIT ?4)",
-    )
+               ORDER BY r.id LIMIT ",
+        page_rows!(),
+        ")"
+    ))
     .bind(job)
     .bind(after)
     .bind(last)
-    .bind(PAGE_ROWS)
     .fetch_one(&mut **tx)
     .await?;
     name_tranches(tx, Page::from_row(&row, 0)?, TRANCHE_AT).await

@@ -10,7 +10,7 @@ use tranche_store::rows::*;
 use tranche_store::*;
 
 use crate::SqliteStore;
-use crate::pages::{JsonRow, PAGE_ROWS, Page, read_pages};
+use crate::pages::{JsonRow, Page, read_pages};
 
 /// A tranche whose ids span less than this many times its size is read as one id range.
 pub(crate) const DENSE_SPAN: i64 = 4;
@@ -267,7 +267,7 @@ fn dense_input(
     jobs: TrancheJobs,
 ) -> BoxStream<'static, StoreResult<InputLine>> {
     let read = move |mut tx: Transaction<'static, Sqlite>, after| async move {
-        let row = sqlx::query(
+        let row = sqlx::query(concat!(
             "SELECT json_group_array(json_array(wire_id, endpoint, body, job, body_offset,
                             body_length, id)),
                         MAX(id), COUNT(*)
@@ -277,12 +277,13 @@ fn dense_input(
                        JOIN jobs AS j ON j.id = r.job_id
                        LEFT JOIN request_bodies AS b ON b.request_id = r.id
                        WHERE r.id > ? AND r.id <= ? AND +r.tranche_seq = ? AND r.state = 'queued'
-                       ORDER BY r.id LIMIT ?)",
-        )
+                       ORDER BY r.id LIMIT ",
+            page_rows!(),
+            ")"
+        ))
         .bind(after)
         .bind(last)
         .bind(seq)
-        .bind(PAGE_ROWS)
         .fetch_one(&mut *tx)
         .await?;
         Ok((tx, Page::from_row(&row, 6)?))
