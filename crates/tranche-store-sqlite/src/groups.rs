@@ -18,7 +18,8 @@ use tranche_store::{PendingGroup, StoreError, StoreResult};
 /// counters follow every committed change). So every waiting request is read once, in index
 /// order, and nothing is sorted. A tally is a JSON array: how many are due, the oldest's
 /// acceptance time, the least and greatest answer check and how many name one.
-const TALLY_BY_JOB: &str = "SELECT p.endpoint, p.model, j.tenant,
+const TALLY_BY_JOB: &str = concat!(
+    "SELECT p.endpoint, p.model, j.tenant,
            (SELECT json_array(COUNT(*), MIN(r.accepted_at), MIN(r.answer_check),
                               MAX(r.answer_check), COUNT(r.answer_check))
             FROM requests AS r
@@ -28,7 +29,10 @@ const TALLY_BY_JOB: &str = "SELECT p.endpoint, p.model, j.tenant,
     FROM (SELECT DISTINCT endpoint, model FROM requests
           WHERE state = 'pending' AND provider = ?1) AS p
     CROSS JOIN jobs AS j
-    WHERE (j.n_pending > 0 OR j.n_queued > 0) AND j.n_pending > 0";
+    WHERE ",
+    jobs_in_flight!(),
+    " AND j.n_pending > 0"
+);
 
 /// The groups read by grouping every waiting request by job first, which sorts them all (binds:
 /// the provider, now). Used when one job's waiting requests name different answer checks,

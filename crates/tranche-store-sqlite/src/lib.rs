@@ -28,6 +28,16 @@ macro_rules! db_now_ms {
     };
 }
 
+/// The jobs with a request waiting or in a batch, as a `WHERE` condition over `jobs`: word for
+/// word the condition of the partial index `jobs_in_flight` (migration `0030`), which SQLite
+/// reads only for a statement that states it. A macro so that statements stay string literals
+/// (`concat!`).
+macro_rules! jobs_in_flight {
+    () => {
+        "(n_pending > 0 OR n_queued > 0)"
+    };
+}
+
 /// The rows a page holds ([`pages::PAGE_ROWS`]) as a literal, for a page's `LIMIT`. A bound
 /// `LIMIT` makes SQLite (3.51) prepare the statement again at every execution: the planner may
 /// plan by the value, so binding it expires the statement. Written into the text, the page's

@@ -314,15 +314,17 @@ impl PlanStore for SqliteStore {
 /// `0030`, asked once a statement), no request has a twin to wait for and the lookups are
 /// skipped: 100,000 waiting requests of one job in 0.10 s against 0.16 (Python's sqlite3 on a
 /// copy of a run's database, 3 alternating runs).
-const PENDING_PAGE: &str = "SELECT json_group_array(json_array(id, wire_bytes, wire_id,
-                                                  est_tokens, job_id, max_cost)),
+const PENDING_PAGE: &str = concat!(
+    "SELECT json_group_array(json_array(id, wire_bytes, wire_id, est_tokens, job_id,
+                                        max_cost)),
            MAX(id), COUNT(*)
     FROM (SELECT id, wire_bytes, wire_id, est_tokens, job_id, max_cost FROM requests
           WHERE state = 'pending' AND provider = ? AND endpoint = ? AND model = ?
             AND id > ? AND not_before <= ? AND answer_check IS ?
             AND job_id IN (SELECT id FROM jobs WHERE tenant IS ?)
-            AND ((SELECT COUNT(*) FROM (SELECT 1 FROM jobs
-                                        WHERE n_pending > 0 OR n_queued > 0 LIMIT 2)) < 2
+            AND ((SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE ",
+    jobs_in_flight!(),
+    " LIMIT 2)) < 2
                  OR NOT EXISTS (
                      SELECT 1 FROM requests AS t
                      WHERE t.custom_id = requests.custom_id
@@ -330,7 +332,8 @@ const PENDING_PAGE: &str = "SELECT json_group_array(json_array(id, wire_bytes, w
                        AND t.answer_check IS requests.answer_check
                        AND t.job_id != requests.job_id
                        AND (t.state = 'queued' OR (t.state = 'pending' AND t.id < requests.id))))
-          ORDER BY id LIMIT ?)";
+          ORDER BY id LIMIT ?)"
+);
 
 /// The waiting requests of a provider (after an id) that an earlier answer of another job can
 /// answer, each with that answer's request, in id order (binds: the provider, the id, how many).
