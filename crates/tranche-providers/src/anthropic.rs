@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tranche_core::{Endpoint, ProviderKind, TrancheId};
 
+use crate::body::{Body, BodyParts};
 use crate::error::{
     ConfigError, ErrorKind, LineParseError, UpstreamError, error_type_is_retryable,
 };
@@ -448,8 +449,17 @@ fn parse_anthropic_result_line(line: &str) -> Result<ResultLine, LineParseError>
     if line.is_empty() {
         return Err(LineParseError::Empty);
     }
-    let wire: WireIndividualResponse<'_> =
-        serde_json::from_str(line).map_err(|err| LineParseError::Invalid(err.to_string()))?;
+    // One pass over the line, as an OpenAI-shaped one is read (`oai::parse_result_line`).
+    let fast = serde_json::from_str::<WireIndividualResponse<BodyParts<'_>>>(line)
+        .ok()
+        .and_then(|wire| wire.map_message(|parts| parts.in_line(line)));
+    let wire = match fast {
+        Some(wire) => wire,
+        None => serde_json::from_str::<WireIndividualResponse<&RawValue>>(line)
+            .map_err(|err| LineParseError::Invalid(err.to_string()))?
+            .map_message(|raw| Some(Body::whole(raw)))
+            .ok_or(LineParseError::NoOutcome)?,
+    };
     let never_ran = |code: &str, message: &str| {
         LineOutcome::Failed(LineError {
             provider: PROVIDER,
@@ -468,7 +478,7 @@ fn parse_anthropic_result_line(line: &str) -> Result<ResultLine, LineParseError>
             LineOutcome::Succeeded {
                 status_code: 200,
                 request_id: None,
-                body: range_within(whole, message.get()),
+                body: range_within(whole, message.text),
                 usage: Usage::anthropic(message),
             }
         }
@@ -512,21 +522,38 @@ fn errored(response: Option<WireErrorResponse>) -> LineError {
     }
 }
 
+/// A line of a results file, its message read as `M`.
 #[derive(Debug, Deserialize)]
-struct WireIndividualResponse<'a> {
+#[serde(bound(deserialize = "M: Deserialize<'de>"))]
+struct WireIndividualResponse<M> {
     custom_id: String,
-    #[serde(borrow)]
-    result: WireResult<'a>,
+    result: WireResult<M>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WireResult<'a> {
+#[serde(bound(deserialize = "M: Deserialize<'de>"))]
+struct WireResult<M> {
     #[serde(rename = "type")]
     kind: String,
-    #[serde(default, borrow)]
-    message: Option<&'a RawValue>,
+    #[serde(default)]
+    message: Option<M>,
     #[serde(default)]
     error: Option<WireErrorResponse>,
+}
+
+impl<M> WireIndividualResponse<M> {
+    /// The line with its message made an `N` by `f`; `None` when `f` gives none.
+    fn map_message<N>(self, f: impl FnOnce(M) -> Option<N>) -> Option<WireIndividualResponse<N>> {
+        let WireResult { kind, message, error } = self.result;
+        let message = match message {
+            Some(message) => Some(f(message)?),
+            None => None,
+        };
+        Some(WireIndividualResponse {
+            custom_id: self.custom_id,
+            result: WireResult { kind, message, error },
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

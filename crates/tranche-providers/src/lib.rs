@@ -7,6 +7,7 @@
 
 pub mod anthropic;
 pub mod azure;
+mod body;
 mod error;
 mod http;
 mod oai;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use tranche_core::{Endpoint, ProviderKind, TrancheId};
 
+use crate::body::{Body, BodyParts};
 use crate::error::{
     ConfigError, ErrorKind, LineParseError, UpstreamError, body_snippet, parse_error_body,
     status_is_retryable,
@@ -446,8 +447,18 @@ pub(crate) fn parse_result_line(
     if line.is_empty() {
         return Err(LineParseError::Empty);
     }
-    let wire: WireResultLine<'_> =
-        serde_json::from_str(line).map_err(|err| LineParseError::Invalid(err.to_string()))?;
+    // One pass over the line, its body placed and its billed members kept raw; a line that
+    // cannot be read so (an escaped key in the body, say) is read again with the body raw.
+    let fast = serde_json::from_str::<WireResultLine<BodyParts<'_>>>(line)
+        .ok()
+        .and_then(|wire| wire.map_body(|parts| parts.in_line(line)));
+    let wire = match fast {
+        Some(wire) => wire,
+        None => serde_json::from_str::<WireResultLine<&RawValue>>(line)
+            .map_err(|err| LineParseError::Invalid(err.to_string()))?
+            .map_body(|raw| Some(Body::whole(raw)))
+            .ok_or(LineParseError::NoOutcome)?,
+    };
     if let Some(error) = wire.error {
         // The request never ran (batch expired or cancelled first).
         let code = error.code.as_ref().and_then(json_text);
@@ -477,12 +488,12 @@ pub(crate) fn parse_result_line(
             outcome: LineOutcome::Succeeded {
                 status_code: status,
                 request_id: response.request_id,
-                body: range_within(whole, body.get()),
+                body: range_within(whole, body.text),
                 usage: Usage::openai(body),
             },
         });
     }
-    let raw = response.body.map(RawValue::get).unwrap_or_default();
+    let raw = response.body.map(|body| body.text).unwrap_or_default();
     let facts = parse_error_body(raw.as_bytes());
     let message = facts.message.unwrap_or_else(|| {
         let text = body_snippet(raw.as_bytes());
@@ -515,22 +526,46 @@ fn json_text(value: &serde_json::Value) -> Option<String> {
     }
 }
 
+/// A line of an output or error file, its response body read as `B`.
 #[derive(Debug, Deserialize)]
-struct WireResultLine<'a> {
+#[serde(bound(deserialize = "B: Deserialize<'de>"))]
+struct WireResultLine<B> {
     custom_id: String,
-    #[serde(default, borrow)]
-    response: Option<WireLineResponse<'a>>,
+    #[serde(default)]
+    response: Option<WireLineResponse<B>>,
     #[serde(default)]
     error: Option<WireLineError>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WireLineResponse<'a> {
+#[serde(bound(deserialize = "B: Deserialize<'de>"))]
+struct WireLineResponse<B> {
     status_code: u16,
     #[serde(default)]
     request_id: Option<String>,
-    #[serde(default, borrow)]
-    body: Option<&'a RawValue>,
+    #[serde(default)]
+    body: Option<B>,
+}
+
+impl<B> WireResultLine<B> {
+    /// The line with its body made a `C` by `f`; `None` when `f` gives none.
+    fn map_body<C>(self, f: impl FnOnce(B) -> Option<C>) -> Option<WireResultLine<C>> {
+        let response = match self.response {
+            Some(r) => {
+                let body = match r.body {
+                    Some(body) => Some(f(body)?),
+                    None => None,
+                };
+                Some(WireLineResponse {
+                    status_code: r.status_code,
+                    request_id: r.request_id,
+                    body,
+                })
+            }
+            None => None,
+        };
+        Some(WireResultLine { custom_id: self.custom_id, response, error: self.error })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -914,6 +949,44 @@ mod tests {
         .tokens
         .unwrap();
         assert_eq!((t.input, t.output), (12, 3));
+    }
+
+    #[test]
+    fn bodies_read_in_one_pass_or_again_give_the_same() {
+        // The line is read once where its body's keys can be borrowed; an escaped key sends it
+        // through the second read, with the same range and usage.
+        let body = |line: &str| match parse_result_line(ProviderKind::Openai, line).unwrap().outcome
+        {
+            LineOutcome::Succeeded { body, usage, .. } => (line[body].to_owned(), usage),
+            LineOutcome::Failed(err) => panic!("{err}"),
+        };
+        let usage = |model: &str, input, output| Usage {
+            model: Some(model.to_owned()),
+            tokens: Some(TokenUsage { input, output, ..TokenUsage::default() }),
+        };
+        let plain = r#"{"custom_id":"w","response":{"status_code":200,"body" : { "model":"m", "usage":{"prompt_tokens":4,"completion_tokens":2} } }}"#;
+        let escaped = r#"{"custom_id":"w","response":{"status_code":200,"body" : { "mod\u0065l":"m", "usage":{"prompt_tokens":4,"completion_tokens":2} } }}"#;
+        assert_eq!(
+            body(plain),
+            (
+                r#"{ "model":"m", "usage":{"prompt_tokens":4,"completion_tokens":2} }"#.to_owned(),
+                usage("m", 4, 2)
+            )
+        );
+        assert_eq!(
+            body(escaped),
+            (
+                r#"{ "mod\u0065l":"m", "usage":{"prompt_tokens":4,"completion_tokens":2} }"#
+                    .to_owned(),
+                usage("m", 4, 2)
+            )
+        );
+        // A usage named twice: the strict read refuses it, the lenient one takes the last.
+        let twice = r#"{"custom_id":"w","response":{"status_code":200,"body":{"model":"m","usage":{"prompt_tokens":1},"usage":{"prompt_tokens":9,"completion_tokens":1}}}}"#;
+        assert_eq!(body(twice).1, usage("m", 9, 1));
+        // A model that is not text: the lenient read keeps the usage and names no model.
+        let odd = r#"{"custom_id":"w","response":{"status_code":200,"body":{"model":7,"usage":{"prompt_tokens":5}}}}"#;
+        assert_eq!(body(odd).1, Usage { model: None, ..usage("m", 5, 0) });
     }
 
     #[test]

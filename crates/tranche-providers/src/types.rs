@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tranche_core::{Endpoint, ProviderKind, TokenUsage, TrancheId};
 
+use crate::body::{Body, Members};
+
 macro_rules! string_id {
     ($(#[$meta:meta])* $name:ident) => {
         $(#[$meta])*
@@ -323,7 +325,7 @@ impl Usage {
     /// The usage an OpenAI-shaped response body reports (OpenAI and Azure): `prompt_tokens`
     /// (or `input_tokens`) already counts the cached part, `cached_tokens`. Everything else in
     /// the body is skipped, not built.
-    pub(crate) fn openai(body: &RawValue) -> Self {
+    pub(crate) fn openai(body: Body<'_>) -> Self {
         Self::read(body, |u| {
             let input = u.input_tokens.unwrap_or(0);
             TokenUsage {
@@ -347,7 +349,7 @@ impl Usage {
     /// last cache breakpoint, so cache reads and writes are added to it. Writes are split by
     /// lifetime where `cache_creation` gives the split, and counted as 5-minute writes (the
     /// default lifetime) where it does not.
-    pub(crate) fn anthropic(message: &RawValue) -> Self {
+    pub(crate) fn anthropic(message: Body<'_>) -> Self {
         Self::read(message, |u| {
             let read = u.cache_read_input_tokens.unwrap_or(0);
             let written = u.cache_creation_input_tokens.unwrap_or(0);
@@ -372,9 +374,12 @@ impl Usage {
         })
     }
 
-    fn read(body: &RawValue, tokens: impl FnOnce(WireUsage) -> TokenUsage) -> Self {
-        let billed = serde_json::from_str::<WireBilled>(body.get())
-            .or_else(|_| WireBilled::lenient(body.get()));
+    fn read(body: Body<'_>, tokens: impl FnOnce(WireUsage) -> TokenUsage) -> Self {
+        let strict = match body.members {
+            Some(members) => WireBilled::of_members(members),
+            None => serde_json::from_str::<WireBilled>(body.text),
+        };
+        let billed = strict.or_else(|_| WireBilled::lenient(body.text));
         match billed {
             Ok(b) => Self { model: b.model, tokens: b.usage.map(tokens) },
             Err(_) => Self::default(),
@@ -383,6 +388,17 @@ impl Usage {
 }
 
 impl WireBilled {
+    /// The strict read of a body whose members were read with its line: what reading the
+    /// whole body as this type gives, from those two members alone.
+    fn of_members(members: Members<'_>) -> Result<Self, serde_json::Error> {
+        fn member<T: serde::de::DeserializeOwned>(
+            raw: Option<&RawValue>,
+        ) -> Result<Option<T>, serde_json::Error> {
+            Ok(raw.map(|raw| serde_json::from_str::<Option<T>>(raw.get())).transpose()?.flatten())
+        }
+        Ok(Self { model: member(members.model)?, usage: member(members.usage)? })
+    }
+
     /// The same read of a body the strict one refused (counts given as decimals, `prompt_tokens`
     /// beside `input_tokens`, a detail of another shape): every count that is a number is
     /// taken, so that an odd usage is still billed rather than lost.
