@@ -91,6 +91,7 @@ mod groups;
 mod idempotency;
 mod ingest;
 mod jobs;
+mod keys_off;
 mod leases;
 mod metrics;
 mod pages;
@@ -240,6 +241,8 @@ const INGEST_ROWS: usize = 512;
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Whether the database lives in its one connection (`sqlite::memory:`).
+    in_memory: bool,
 }
 
 /// A list as one JSON array, bound as a single parameter and read back with `json_each`
@@ -328,7 +331,7 @@ impl SqliteStore {
                 }
             }
         }
-        Ok(Self { pool })
+        Ok(Self { pool, in_memory })
     }
 
     /// Starts a transaction that writes. `BEGIN IMMEDIATE` takes the write lock at once (waiting
