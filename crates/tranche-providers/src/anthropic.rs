@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tranche_core::{Endpoint, ProviderKind, TrancheId};
 
-use crate::body::{Body, BodyParts};
+use crate::body::{Body, BodyParts, read_line};
 use crate::error::{
     ConfigError, ErrorKind, LineParseError, UpstreamError, error_type_is_retryable,
 };
@@ -449,17 +449,13 @@ fn parse_anthropic_result_line(line: &str) -> Result<ResultLine, LineParseError>
     if line.is_empty() {
         return Err(LineParseError::Empty);
     }
-    // One pass over the line, as an OpenAI-shaped one is read (`oai::parse_result_line`).
-    let fast = serde_json::from_str::<WireIndividualResponse<BodyParts<'_>>>(line)
-        .ok()
-        .and_then(|wire| wire.map_message(|parts| parts.in_line(line)));
-    let wire = match fast {
-        Some(wire) => wire,
-        None => serde_json::from_str::<WireIndividualResponse<&RawValue>>(line)
-            .map_err(|err| LineParseError::Invalid(err.to_string()))?
-            .map_message(|raw| Some(Body::whole(raw)))
-            .ok_or(LineParseError::NoOutcome)?,
-    };
+    // One pass over the line, its message placed and its billed members kept raw, where it
+    // can be.
+    let wire = read_line(
+        line,
+        |wire: WireIndividualResponse<BodyParts<'_>>| wire.map_message(|m| m.in_line(line)),
+        |wire: WireIndividualResponse<&RawValue>| wire.map_message(|raw| Some(Body::whole(raw))),
+    )?;
     let never_ran = |code: &str, message: &str| {
         LineOutcome::Failed(LineError {
             provider: PROVIDER,

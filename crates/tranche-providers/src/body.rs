@@ -7,6 +7,8 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::error::LineParseError;
+
 /// A response body as a result line holds it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Body<'a> {
@@ -30,6 +32,27 @@ impl<'a> Body<'a> {
 pub(crate) struct Members<'a> {
     pub model: Option<&'a RawValue>,
     pub usage: Option<&'a RawValue>,
+}
+
+/// Reads a result line in one pass where it can: as `F`, its body read as [`BodyParts`], which
+/// `fast` places in the line; where that fails (an escaped key in the body, say, or a line that
+/// is not JSON), as `S`, its body raw, which `slow` makes a [`Body`] read from its text. The
+/// errors are the second read's.
+pub(crate) fn read_line<'a, F, S, W>(
+    line: &'a str,
+    fast: impl FnOnce(F) -> Option<W>,
+    slow: impl FnOnce(S) -> Option<W>,
+) -> Result<W, LineParseError>
+where
+    F: Deserialize<'a>,
+    S: Deserialize<'a>,
+{
+    if let Some(wire) = serde_json::from_str::<F>(line).ok().and_then(fast) {
+        return Ok(wire);
+    }
+    let wire =
+        serde_json::from_str::<S>(line).map_err(|err| LineParseError::Invalid(err.to_string()))?;
+    slow(wire).ok_or(LineParseError::NoOutcome)
 }
 
 /// A JSON object read member by member, every key and value borrowed from the text it was read

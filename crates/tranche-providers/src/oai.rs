@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use tranche_core::{Endpoint, ProviderKind, TrancheId};
 
-use crate::body::{Body, BodyParts};
+use crate::body::{Body, BodyParts, read_line};
 use crate::error::{
     ConfigError, ErrorKind, LineParseError, UpstreamError, body_snippet, parse_error_body,
     status_is_retryable,
@@ -447,18 +447,12 @@ pub(crate) fn parse_result_line(
     if line.is_empty() {
         return Err(LineParseError::Empty);
     }
-    // One pass over the line, its body placed and its billed members kept raw; a line that
-    // cannot be read so (an escaped key in the body, say) is read again with the body raw.
-    let fast = serde_json::from_str::<WireResultLine<BodyParts<'_>>>(line)
-        .ok()
-        .and_then(|wire| wire.map_body(|parts| parts.in_line(line)));
-    let wire = match fast {
-        Some(wire) => wire,
-        None => serde_json::from_str::<WireResultLine<&RawValue>>(line)
-            .map_err(|err| LineParseError::Invalid(err.to_string()))?
-            .map_body(|raw| Some(Body::whole(raw)))
-            .ok_or(LineParseError::NoOutcome)?,
-    };
+    // One pass over the line, its body placed and its billed members kept raw, where it can be.
+    let wire = read_line(
+        line,
+        |wire: WireResultLine<BodyParts<'_>>| wire.map_body(|parts| parts.in_line(line)),
+        |wire: WireResultLine<&RawValue>| wire.map_body(|raw| Some(Body::whole(raw))),
+    )?;
     if let Some(error) = wire.error {
         // The request never ran (batch expired or cancelled first).
         let code = error.code.as_ref().and_then(json_text);

@@ -235,7 +235,7 @@ impl PlanStore for SqliteStore {
     ) -> StoreResult<Option<u64>> {
         // Every key this transaction writes holds by construction: its requests are claimed
         // into the tranche it inserts, and its jobs are read from `jobs`. Checked row by row,
-        // the claim was 40% slower (`keys_off.rs`).
+        // the keys took 40% of a claim's time (`keys_off.rs`).
         let mut keys = KeysOff::take(&self.pool, self.in_memory).await?;
         let claimed = self.claim_into(keys.conn(), tranche, request_ids, duty).await?;
         keys.restore().await?;
