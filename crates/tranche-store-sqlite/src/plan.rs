@@ -237,91 +237,88 @@ impl PlanStore for SqliteStore {
         // into the tranche it inserts, and its jobs are read from `jobs`. Checked row by row,
         // the keys took 40% of a claim's time (`keys_off.rs`).
         let mut keys = KeysOff::take(&self.pool, self.in_memory).await?;
-        let claimed = self.claim_into(keys.conn(), tranche, request_ids, duty).await?;
+        let claimed = claim_into(keys.conn(), tranche, request_ids, duty).await?;
         keys.restore().await?;
         Ok(claimed)
     }
 }
 
-impl SqliteStore {
-    /// [`PlanStore::create_tranche`] on `conn`.
-    async fn claim_into(
-        &self,
-        conn: &mut SqliteConnection,
-        tranche: &NewTranche,
-        request_ids: &[i64],
-        duty: (&str, LeaseToken),
-    ) -> StoreResult<Option<u64>> {
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        let held = sqlx::query("SELECT 1 FROM leases WHERE name = ? AND token = ?")
-            .bind(duty.0)
-            .bind(duty.1.to_string())
-            .fetch_optional(&mut *tx)
-            .await?;
-        if held.is_none() {
-            return Ok(None);
-        }
-        let id = tranche.id.to_string();
-        // The tranche's number, by which its requests and attempts name it: one past the
-        // highest, taken under the write lock.
-        let seq: i64 = sqlx::query_scalar(
-            "INSERT INTO tranches (id, seq, provider, account, endpoint, model, answer_check,
-                                   tenant, state, request_count, bytes, est_tokens, created_at,
-                                   updated_at)
-             VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM tranches), ?, ?, ?, ?, ?, ?,
-                     'planned', 0, ?, ?, ?, ?)
-             RETURNING seq",
-        )
-        .bind(&id)
-        .bind(tranche.provider.as_str())
-        .bind(tranche.account.as_str())
-        .bind(tranche.endpoint.as_str())
-        .bind(&tranche.model)
-        .bind(tranche.answer_check.as_deref())
-        .bind(tranche.tenant.as_deref())
-        .bind(to_i64(tranche.bytes))
-        .bind(to_i64(tranche.est_tokens))
-        .bind(tranche.created_at)
-        .bind(tranche.created_at)
-        .fetch_one(&mut *tx)
+/// [`PlanStore::create_tranche`] on `conn`.
+async fn claim_into(
+    conn: &mut SqliteConnection,
+    tranche: &NewTranche,
+    request_ids: &[i64],
+    duty: (&str, LeaseToken),
+) -> StoreResult<Option<u64>> {
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let held = sqlx::query("SELECT 1 FROM leases WHERE name = ? AND token = ?")
+        .bind(duty.0)
+        .bind(duty.1.to_string())
+        .fetch_optional(&mut *tx)
         .await?;
-        // The claimed requests' jobs are counted once each below, not once per request: the
-        // claim does not set `recount`, so the counter trigger is not part of it.
-        let claimed = claim(&mut tx, seq, request_ids).await?;
-        if claimed == 0 {
-            // Dropping the transaction rolls the empty tranche back.
-            return Ok(Some(0));
-        }
-        let jobs = match sole_job(&mut tx, request_ids).await? {
-            Some(job) => {
-                sqlx::query(
-                    "UPDATE jobs SET n_pending = n_pending - ?1, n_queued = n_queued + ?1
-                     WHERE id = ?2",
-                )
-                .bind(to_i64(claimed))
-                .bind(&job)
-                .execute(&mut *tx)
-                .await?;
-                vec![job]
-            }
-            None => count_by_job(&mut tx, seq).await?,
-        };
-        sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
+    if held.is_none() {
+        return Ok(None);
+    }
+    let id = tranche.id.to_string();
+    // The tranche's number, by which its requests and attempts name it: one past the
+    // highest, taken under the write lock.
+    let seq: i64 = sqlx::query_scalar(
+        "INSERT INTO tranches (id, seq, provider, account, endpoint, model, answer_check,
+                               tenant, state, request_count, bytes, est_tokens, created_at,
+                               updated_at)
+         VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM tranches), ?, ?, ?, ?, ?, ?,
+                 'planned', 0, ?, ?, ?, ?)
+         RETURNING seq",
+    )
+    .bind(&id)
+    .bind(tranche.provider.as_str())
+    .bind(tranche.account.as_str())
+    .bind(tranche.endpoint.as_str())
+    .bind(&tranche.model)
+    .bind(tranche.answer_check.as_deref())
+    .bind(tranche.tenant.as_deref())
+    .bind(to_i64(tranche.bytes))
+    .bind(to_i64(tranche.est_tokens))
+    .bind(tranche.created_at)
+    .bind(tranche.created_at)
+    .fetch_one(&mut *tx)
+    .await?;
+    // The claimed requests' jobs are counted once each below, not once per request: the
+    // claim does not set `recount`, so the counter trigger is not part of it.
+    let claimed = claim(&mut tx, seq, request_ids).await?;
+    if claimed == 0 {
+        // Dropping the transaction rolls the empty tranche back.
+        return Ok(Some(0));
+    }
+    let jobs = match sole_job(&mut tx, request_ids).await? {
+        Some(job) => {
+            sqlx::query(
+                "UPDATE jobs SET n_pending = n_pending - ?1, n_queued = n_queued + ?1
+                 WHERE id = ?2",
+            )
             .bind(to_i64(claimed))
-            .bind(&id)
+            .bind(&job)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "INSERT OR IGNORE INTO job_tranches (job_id, tranche_id)
-             SELECT value, ? FROM json_each(?)",
-        )
+            vec![job]
+        }
+        None => count_by_job(&mut tx, seq).await?,
+    };
+    sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
+        .bind(to_i64(claimed))
         .bind(&id)
-        .bind(crate::json_list("job ids", &jobs)?)
         .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
-        Ok(Some(claimed))
-    }
+    sqlx::query(
+        "INSERT OR IGNORE INTO job_tranches (job_id, tranche_id)
+         SELECT value, ? FROM json_each(?)",
+    )
+    .bind(&id)
+    .bind(crate::json_list("job ids", &jobs)?)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(claimed))
 }
 
 /// A page of a group's waiting requests after an id, in id order, as one JSON value (binds:
