@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use sqlx::sqlite::SqliteRow;
-use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection};
 use tranche_core::{RequestState, TokenUsage, TrancheId, TrancheState};
 use tranche_store::rows::*;
 use tranche_store::*;
 
+use crate::keys_off::WriteTx;
 use crate::tranches::DENSE_SPAN;
 use crate::values::{Batch, Binds};
 use crate::{INGEST_ROWS, SqliteStore};
@@ -218,13 +219,18 @@ impl IngestStore for SqliteStore {
         tranche: TrancheId,
         held: Held,
     ) -> StoreResult<Box<dyn IngestWriter>> {
-        let mut tx = self.begin_write().await?;
-        // Foreign keys are checked at the commit (this transaction's end), so that no statement
-        // of the ingest can fail halfway on one. What keeps the successes' insert (`OR IGNORE`)
-        // and the answers (`OR FAIL`) from writing a statement journal is that the keys of
-        // requests and attempts are declared deferred (migration `0026`): SQLite decides on the
-        // journal when it compiles a statement, from the declaration, whatever this says.
-        sqlx::query("PRAGMA defer_foreign_keys = ON").execute(&mut *tx).await?;
+        // Every key an ingest writes holds by construction: an attempt names the request it was
+        // found as in this tranche's index, and that request's tranche; an output, its request.
+        // Checked, each attempt looked its request up, and a tranche's results walk its rows
+        // again call after call (`keys_off.rs`).
+        let mut tx = WriteTx::begin_unchecked(&self.pool, self.in_memory).await?;
+        // An in-memory database keeps its checks: they are made at the commit (this
+        // transaction's end), so that no statement of the ingest can fail halfway on one. What
+        // keeps the successes' insert (`OR IGNORE`) and the answers (`OR FAIL`) from writing a
+        // statement journal is that the keys of requests and attempts are declared deferred
+        // (migration `0026`): SQLite decides on the journal when it compiles a statement, from
+        // the declaration, whatever this says.
+        sqlx::query("PRAGMA defer_foreign_keys = ON").execute(tx.conn()).await?;
         // A tranche that is not there has no requests to record (and its move fails). The
         // ids of its queued requests are read from `requests_by_tranche` alone.
         let (provider, seq, claimed, first, last, queued): (
@@ -241,11 +247,11 @@ impl IngestStore for SqliteStore {
              WHERE t.id = ?",
         )
         .bind(tranche.to_string())
-        .fetch_one(&mut *tx)
+        .fetch_one(tx.conn())
         .await?;
         let (first, last) = (first.unwrap_or(0), last.unwrap_or(-1));
         let answer = if last - first < DENSE_SPAN * queued { &DENSE } else { &SPARSE };
-        let staging = staging_for(&mut tx, seq.unwrap_or_default()).await?;
+        let staging = staging_for(tx.conn(), seq.unwrap_or_default()).await?;
         Ok(Box::new(SqliteIngestWriter {
             tx,
             provider: provider.unwrap_or_default(),
@@ -267,7 +273,7 @@ impl IngestStore for SqliteStore {
 /// when its wire ids follow its request ids (no more than one in a hundred of the first
 /// requests by wire id has a lower id than the one before), else sorted first (and the
 /// temporary table for that made ready).
-async fn staging_for(tx: &mut Transaction<'static, Sqlite>, seq: i64) -> StoreResult<Staging> {
+async fn staging_for(conn: &mut SqliteConnection, seq: i64) -> StoreResult<Staging> {
     // One row: the ids as a JSON array (read through `requests_by_tranche` in its order, with
     // no sort, and no row a request).
     let ids: String = sqlx::query_scalar(
@@ -277,7 +283,7 @@ async fn staging_for(tx: &mut Transaction<'static, Sqlite>, seq: i64) -> StoreRe
     )
     .bind(seq)
     .bind(ORDER_SAMPLE)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *conn)
     .await?;
     let ids: Vec<i64> = serde_json::from_str(&ids)
         .map_err(|e| StoreError::Corrupt(format!("a tranche's request ids: {e}")))?;
@@ -286,15 +292,15 @@ async fn staging_for(tx: &mut Transaction<'static, Sqlite>, seq: i64) -> StoreRe
     if descents * 100 <= sampled {
         return Ok(Staging::Attempts);
     }
-    sqlx::query(CREATE_SORTED).execute(&mut **tx).await?;
-    sqlx::query("DELETE FROM temp.ingest_sorted").execute(&mut **tx).await?;
+    sqlx::query(CREATE_SORTED).execute(&mut *conn).await?;
+    sqlx::query("DELETE FROM temp.ingest_sorted").execute(conn).await?;
     Ok(Staging::Sorted)
 }
 
 /// Records the results of one tranche inside one transaction.
 #[derive(Debug)]
 pub(crate) struct SqliteIngestWriter {
-    tx: Transaction<'static, Sqlite>,
+    tx: WriteTx,
     tranche: String,
     /// The tranche's number, by which its requests and attempts name it.
     seq: i64,
@@ -330,7 +336,7 @@ impl SqliteIngestWriter {
         // 10,000 28-30 MB against 28-29, at 1,000,000 33 against 31. (When successes went
         // through a temporary table, keeping it raised the peak by 3 MB.)
         let stage = self.staging.statement().query(chunk.len(), binds);
-        Ok(stage.execute(&mut *self.tx).await?.rows_affected())
+        Ok(stage.execute(self.tx.conn()).await?.rows_affected())
     }
 
     /// Writes a call's successes sorted in `temp.ingest_sorted` into `attempts`, in key
@@ -343,10 +349,10 @@ impl SqliteIngestWriter {
             attempt_columns!(),
             " FROM temp.ingest_sorted ORDER BY request_id"
         ))
-        .execute(&mut *self.tx)
+        .execute(self.tx.conn())
         .await?
         .rows_affected();
-        sqlx::query("DELETE FROM temp.ingest_sorted").execute(&mut *self.tx).await?;
+        sqlx::query("DELETE FROM temp.ingest_sorted").execute(self.tx.conn()).await?;
         Ok(written)
     }
 
@@ -362,7 +368,7 @@ impl SqliteIngestWriter {
             .bind(self.seq)
             .bind(first)
             .bind(last)
-            .fetch_one(&mut *self.tx)
+            .fetch_one(self.tx.conn())
             .await?;
         let answered: i64 = whole.try_get(ANSWERED)?;
         let named: i64 = whole.try_get(NAMING_A_MODEL)?;
@@ -380,7 +386,7 @@ impl SqliteIngestWriter {
                 .bind(self.seq)
                 .bind(first)
                 .bind(last)
-                .fetch_all(&mut *self.tx)
+                .fetch_all(self.tx.conn())
                 .await?
         };
         // Counters move, and the ledger grows, by each job and model's sums.
@@ -398,7 +404,7 @@ impl SqliteIngestWriter {
             .bind(row.try_get::<i64, _>(INPUT_CHANGE)?)
             .bind(row.try_get::<i64, _>(OUTPUT_CHANGE)?)
             .bind(&job_id)
-            .execute(&mut *self.tx)
+            .execute(self.tx.conn())
             .await?;
             // Each is a new attempt, counted here once; the transaction commits with the
             // tranche's move or not at all.
@@ -407,7 +413,7 @@ impl SqliteIngestWriter {
             for column in BILLED {
                 billed = billed.bind(row.try_get::<Option<i64>, _>(column)?);
             }
-            billed.execute(&mut *self.tx).await?;
+            billed.execute(self.tx.conn()).await?;
         }
         // Every request answered here is queued in this tranche: its job's counters moved
         // above, once per job and model, not once per request (the apply does not set
@@ -417,7 +423,7 @@ impl SqliteIngestWriter {
             .bind(first)
             .bind(last)
             .bind(self.finished_at)
-            .execute(&mut *self.tx)
+            .execute(self.tx.conn())
             .await?;
         self.moved += applied.rows_affected();
         self.staged = false;
@@ -449,13 +455,13 @@ impl SqliteIngestWriter {
         .bind(update.at)
         .bind(billed.map(|b| b.model.as_str()));
         let inserted = bind_tokens(insert, billed.map(|b| &b.tokens))
-            .execute(&mut *self.tx)
+            .execute(self.tx.conn())
             .await?
             .rows_affected();
         let Some(billed) = billed.filter(|_| inserted == 1) else { return Ok(()) };
         let job_id: String = row.try_get(2)?;
         let upsert = bill(&job_id, &self.provider, &billed.model, update.at, 1);
-        bind_tokens(upsert, Some(&billed.tokens)).execute(&mut *self.tx).await?;
+        bind_tokens(upsert, Some(&billed.tokens)).execute(self.tx.conn()).await?;
         Ok(())
     }
 }
@@ -586,7 +592,7 @@ impl IngestWriter for SqliteIngestWriter {
         )
         .bind(self.seq)
         .bind(wire_id)
-        .fetch_optional(&mut *self.tx)
+        .fetch_optional(self.tx.conn())
         .await?;
         row.map(|row| attempt_info(&row)).transpose()
     }
@@ -603,7 +609,7 @@ impl IngestWriter for SqliteIngestWriter {
              WHERE tranche_seq = ? AND state = 'queued' ORDER BY id",
         )
         .bind(self.seq)
-        .fetch_all(&mut *self.tx)
+        .fetch_all(self.tx.conn())
         .await?;
         rows.iter().map(|row| Ok((row.try_get(3)?, attempt_info(row)?))).collect()
     }
@@ -639,7 +645,7 @@ impl IngestWriter for SqliteIngestWriter {
         .bind(range.map(|r| r.2))
         .bind(self.seq)
         .bind(wire_id)
-        .fetch_optional(&mut *self.tx)
+        .fetch_optional(self.tx.conn())
         .await?;
         let Some(row) = row else { return Ok(false) };
         self.moved += u64::from(update.state != RequestState::Queued);
@@ -651,7 +657,7 @@ impl IngestWriter for SqliteIngestWriter {
             )
             .bind(request_id)
             .bind(output)
-            .execute(&mut *self.tx)
+            .execute(self.tx.conn())
             .await?;
         }
         Ok(true)
@@ -679,7 +685,7 @@ impl IngestWriter for SqliteIngestWriter {
                 if chunk.iter().any(|line| matches!(line.output, OutputRef::Text(_))) {
                     let mut texts = QueryBuilder::<Sqlite>::new("");
                     push_texts(&mut texts, self.seq, chunk);
-                    texts.build().persistent(false).execute(&mut *self.tx).await?;
+                    texts.build().persistent(false).execute(self.tx.conn()).await?;
                 }
             }
         }
@@ -699,7 +705,7 @@ impl IngestWriter for SqliteIngestWriter {
         .bind(&self.tranche)
         .bind(self.held.state.as_str())
         .bind(self.held.token.to_string())
-        .execute(&mut *self.tx)
+        .execute(self.tx.conn())
         .await?
         .rows_affected();
         if moved == 0 {

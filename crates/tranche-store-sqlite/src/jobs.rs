@@ -6,6 +6,7 @@ use tranche_store::rows::*;
 use tranche_store::*;
 
 use crate::SqliteStore;
+use crate::keys_off::WriteTx;
 use crate::writer::SqliteJobWriter;
 
 /// The columns a job is read from, in a statement that stays a string literal (`concat!`).
@@ -23,7 +24,9 @@ impl JobStore for SqliteStore {
     async fn begin_job(&self, job: NewJob) -> StoreResult<Box<dyn JobWriter>> {
         let settings = serde_json::to_string(&job.settings)
             .map_err(|e| StoreError::Corrupt(format!("job settings: {e}")))?;
-        let mut tx = self.begin_write().await?;
+        // Every key the job's writer writes holds by construction: its requests name the job
+        // inserted here, its bodies the requests inserted before them (`keys_off.rs`).
+        let mut tx = WriteTx::begin_unchecked(&self.pool, self.in_memory).await?;
         sqlx::query(
             "INSERT INTO jobs (id, provider, state, source, settings, tenant, body_object, accepted,
                                awaits_review, created_at, updated_at)
@@ -38,15 +41,15 @@ impl JobStore for SqliteStore {
         .bind(job.settings.review_sample.is_some())
         .bind(job.created_at)
         .bind(job.created_at)
-        .execute(&mut *tx)
+        .execute(tx.conn())
         .await?;
         if let Some(check) = &job.answer_check {
-            crate::answers::record_check(&mut tx, check, job.created_at).await?;
+            crate::answers::record_check(tx.conn(), check, job.created_at).await?;
         }
         // The insert above holds the write lock until commit, so the ids after the largest one
         // stay free for this job's requests: they are assigned here, in input order.
         let row =
-            sqlx::query("SELECT COALESCE(MAX(id), 0) FROM requests").fetch_one(&mut *tx).await?;
+            sqlx::query("SELECT COALESCE(MAX(id), 0) FROM requests").fetch_one(tx.conn()).await?;
         let last_id: i64 = row.try_get(0)?;
         let check = job.settings.answer_check.clone();
         Ok(Box::new(SqliteJobWriter::new(tx, job.id.to_string(), job.provider, last_id, check)))

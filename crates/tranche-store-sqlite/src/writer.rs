@@ -3,19 +3,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use sqlx::{QueryBuilder, Row, Sqlite};
 use tranche_core::ProviderKind;
 use tranche_store::rows::{to_i64, to_u64};
 use tranche_store::*;
 
 use crate::INSERT_ROWS;
+use crate::keys_off::WriteTx;
 use crate::values::{Batch, Binds};
 
 /// A request's insert: the values every row of a job shares (its id, provider and answer
 /// check) bound once a statement, as the select list's three placeholders; each row's own
 /// from the `VALUES` list.
 ///
-/// `OR FAIL`, its foreign keys checked at the commit (migration `0026`): a statement that may
+/// `OR FAIL`, its foreign keys not checked (a file database's writer runs unchecked,
+/// `keys_off.rs`) or checked at the commit (in memory; migration `0026`): a statement that may
 /// stop halfway makes SQLite copy every page it changes to a statement journal first, so that
 /// it can undo just that statement (133 MB written to a temporary file while 100,000 requests
 /// were accepted). A failed statement here fails the job, whose transaction is rolled back
@@ -62,7 +64,7 @@ struct RequestRow {
 /// borrowed `&str` by copying it into a new `Arc<String>`, two allocations a value.
 #[derive(Debug)]
 pub(crate) struct SqliteJobWriter {
-    tx: Transaction<'static, Sqlite>,
+    tx: WriteTx,
     job: Arc<str>,
     provider: Arc<str>,
     /// The endpoints and models rows have named so far (a few per job; at most
@@ -87,7 +89,7 @@ const SHARED_NAMES: usize = 64;
 
 impl SqliteJobWriter {
     pub(crate) fn new(
-        tx: Transaction<'static, Sqlite>,
+        tx: WriteTx,
         job: String,
         provider: ProviderKind,
         last_id: i64,
@@ -134,7 +136,7 @@ impl SqliteJobWriter {
             ids.push_bind(Arc::clone(&row.custom_id));
         }
         select.push(")");
-        let stored = select.build().persistent(false).fetch_all(&mut *self.tx).await?;
+        let stored = select.build().persistent(false).fetch_all(self.tx.conn()).await?;
         let mut first: HashMap<&str, i64> = HashMap::with_capacity(self.rows.len());
         for row in &stored {
             first.insert(row.try_get(0)?, row.try_get(1)?);
@@ -216,7 +218,7 @@ impl JobWriter for SqliteJobWriter {
                 .add(r.body_range.map(|(_, len)| len))?
                 .add(r.max_cost)?;
         }
-        match INSERT.query(self.rows.len(), binds).execute(&mut *self.tx).await {
+        match INSERT.query(self.rows.len(), binds).execute(self.tx.conn()).await {
             Ok(_) => {}
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                 let duplicates = self.duplicates().await?;
@@ -238,7 +240,7 @@ impl JobWriter for SqliteJobWriter {
         insert.push_values(self.bodies.drain(..), |mut row, (id, body)| {
             row.push_bind(id).push_bind(body);
         });
-        insert.build().persistent(persistent).execute(&mut *self.tx).await?;
+        insert.build().persistent(persistent).execute(self.tx.conn()).await?;
         Ok(())
     }
 
@@ -253,7 +255,7 @@ impl JobWriter for SqliteJobWriter {
     async fn commit(mut self: Box<Self>) -> StoreResult<u64> {
         self.flush().await?;
         if let Some(object) = &self.body_object {
-            crate::blobs::record(&mut *self.tx, object).await?;
+            crate::blobs::record(self.tx.conn(), object).await?;
         }
         // Every request of a new job is pending; the counters' trigger follows them from here.
         // The job's requests are the ids from its first to its last (none when it has none).
@@ -266,7 +268,7 @@ impl JobWriter for SqliteJobWriter {
         .bind(&self.job)
         .bind(range.map(|r| r.0))
         .bind(range.map(|r| r.1))
-        .execute(&mut *self.tx)
+        .execute(self.tx.conn())
         .await?;
         self.tx.commit().await?;
         Ok(self.accepted)
