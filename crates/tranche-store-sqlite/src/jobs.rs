@@ -25,34 +25,17 @@ impl JobStore for SqliteStore {
         let settings = serde_json::to_string(&job.settings)
             .map_err(|e| StoreError::Corrupt(format!("job settings: {e}")))?;
         // Every key the job's writer writes holds by construction: its requests name the job
-        // inserted here, its bodies the requests inserted before them (`keys_off.rs`).
+        // its commit inserts, its bodies the requests inserted before them (`keys_off.rs`).
         let mut tx = WriteTx::begin_unchecked(&self.pool, self.in_memory).await?;
-        sqlx::query(
-            "INSERT INTO jobs (id, provider, state, source, settings, tenant, body_object, accepted,
-                               awaits_review, created_at, updated_at)
-             VALUES (?, ?, 'pending', ?, ?, ?, ?, 0, ?, ?, ?)",
-        )
-        .bind(job.id.to_string())
-        .bind(job.provider.as_str())
-        .bind(job.source.as_deref())
-        .bind(settings)
-        .bind(job.settings.tenant.as_deref())
-        .bind(job.body_object.as_deref())
-        .bind(job.settings.review_sample.is_some())
-        .bind(job.created_at)
-        .bind(job.created_at)
-        .execute(tx.conn())
-        .await?;
         if let Some(check) = &job.answer_check {
             crate::answers::record_check(tx.conn(), check, job.created_at).await?;
         }
-        // The insert above holds the write lock until commit, so the ids after the largest one
+        // The transaction holds the write lock until commit, so the ids after the largest one
         // stay free for this job's requests: they are assigned here, in input order.
         let row =
             sqlx::query("SELECT COALESCE(MAX(id), 0) FROM requests").fetch_one(tx.conn()).await?;
         let last_id: i64 = row.try_get(0)?;
-        let check = job.settings.answer_check.clone();
-        Ok(Box::new(SqliteJobWriter::new(tx, job.id.to_string(), job.provider, last_id, check)))
+        Ok(Box::new(SqliteJobWriter::new(tx, job, settings, last_id)))
     }
 
     async fn job(&self, id: JobId) -> StoreResult<Option<JobRecord>> {

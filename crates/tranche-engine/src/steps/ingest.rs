@@ -70,8 +70,9 @@ impl Engine {
         /// store finds a call's requests together, and the more a call holds the closer
         /// together they lie (SQLite at a tranche of 50,000: 13 µs a line at 512, 5.6 at
         /// 4,096). Each call walks the whole tranche once, and SQLite reads again every page
-        /// of it the small cache has dropped (each attempt's foreign key looks its request's
-        /// row up): staging 100,000 results read 337 MB of the database at 4,096 a call, in
+        /// of it the small cache has dropped (its index and attempts; each attempt's foreign
+        /// key looked its request's row up too, until the SQLite store wrote them unchecked):
+        /// staging 100,000 results read 337 MB of the database at 4,096 a call, in
         /// 0.27 s, and 0.22 s at 8,192; `tranche run` at 100,000 requests 2.99 CPU-s against
         /// 3.07 (5 alternating pairs). 8,192 lines are about 2 MB; peak RSS at 1,000,000
         /// requests 33-36 MB over four runs (32-34 at 4,096; 30-32 at 10,000 requests). At
