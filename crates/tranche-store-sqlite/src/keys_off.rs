@@ -32,18 +32,16 @@ use tranche_store::StoreResult;
 #[derive(Debug)]
 pub(crate) struct KeysOff {
     conn: PoolConnection<Sqlite>,
-    /// Whether the checks were turned off (not for an in-memory database).
+    /// Whether the checks are still off.
     off: bool,
 }
 
 impl KeysOff {
-    /// Takes a connection from `pool` and, unless the database is in memory, turns its
-    /// foreign-key checks off.
-    pub async fn take(pool: &sqlx::SqlitePool, in_memory: bool) -> StoreResult<Self> {
-        let mut keys = Self { conn: pool.acquire().await?, off: !in_memory };
-        if keys.off {
-            sqlx::query("PRAGMA foreign_keys = OFF").execute(keys.conn()).await?;
-        }
+    /// Takes a connection from `pool` (a file database's: an in-memory one has a single
+    /// connection, which cannot be closed) and turns its foreign-key checks off.
+    pub async fn take(pool: &sqlx::SqlitePool) -> StoreResult<Self> {
+        let mut keys = Self { conn: pool.acquire().await?, off: true };
+        sqlx::query("PRAGMA foreign_keys = OFF").execute(keys.conn()).await?;
         Ok(keys)
     }
 
@@ -72,8 +70,8 @@ impl Drop for KeysOff {
     }
 }
 
-/// A write transaction held across many calls (a job's writer, an ingest's) that takes the
-/// write lock up front: on a file database, begun by hand on a [`KeysOff`] connection, since a
+/// A write transaction whose keys hold by construction (a claim's; a job's writer's and an
+/// ingest's, held across many calls) that takes the write lock up front: on a file database, begun by hand on a [`KeysOff`] connection, since a
 /// `Transaction` that owns its connection hands it back to the pool at its commit, before the
 /// checks could be turned on again; in memory, an ordinary transaction with the checks on.
 /// Dropped before [`WriteTx::commit`], it is rolled back (the unchecked connection is closed).
@@ -90,7 +88,7 @@ impl WriteTx {
         if in_memory {
             return Ok(Self::Checked(pool.begin_with("BEGIN IMMEDIATE").await?));
         }
-        let mut keys = KeysOff::take(pool, false).await?;
+        let mut keys = KeysOff::take(pool).await?;
         sqlx::query("BEGIN IMMEDIATE").execute(keys.conn()).await?;
         Ok(Self::Unchecked(keys))
     }
@@ -101,6 +99,18 @@ impl WriteTx {
             Self::Checked(tx) => tx,
             Self::Unchecked(keys) => keys.conn(),
         }
+    }
+
+    /// Rolls back, and gives the connection back to the pool checked.
+    pub async fn rollback(self) -> StoreResult<()> {
+        match self {
+            Self::Checked(tx) => tx.rollback().await?,
+            Self::Unchecked(mut keys) => {
+                sqlx::query("ROLLBACK").execute(keys.conn()).await?;
+                keys.restore().await?;
+            }
+        }
+        Ok(())
     }
 
     /// Commits, and gives the connection back to the pool checked.
@@ -141,7 +151,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("t.db").to_string_lossy()).await.unwrap();
         // Restored: back on.
-        let mut keys = KeysOff::take(&store.pool, false).await.unwrap();
+        let mut keys = KeysOff::take(&store.pool).await.unwrap();
         let off: i64 =
             sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(keys.conn()).await.unwrap();
         assert_eq!(off, 0);
@@ -149,7 +159,7 @@ mod tests {
         assert_eq!(keys_on(&store).await, [1, 1]);
         // Given up with the checks off (an error, a cancelled future): closed, and the pool
         // opens a new connection, checked, in its place.
-        let keys = KeysOff::take(&store.pool, false).await.unwrap();
+        let keys = KeysOff::take(&store.pool).await.unwrap();
         drop(keys);
         assert_eq!(keys_on(&store).await, [1, 1]);
     }
@@ -256,11 +266,6 @@ mod tests {
     async fn an_in_memory_database_keeps_its_checks_and_its_connection() {
         let store = SqliteStore::open("sqlite::memory:").await.unwrap();
         sqlx::query("CREATE TABLE kept (x)").execute(&store.pool).await.unwrap();
-        let mut keys = KeysOff::take(&store.pool, true).await.unwrap();
-        let on: i64 =
-            sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(keys.conn()).await.unwrap();
-        assert_eq!(on, 1);
-        drop(keys);
         let mut tx = WriteTx::begin_unchecked(&store.pool, true).await.unwrap();
         assert!(matches!(tx, WriteTx::Checked(_)));
         let on: i64 = sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(tx.conn()).await.unwrap();

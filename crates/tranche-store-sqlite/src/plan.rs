@@ -1,12 +1,12 @@
 //! Waiting requests in keyset pages, earlier answers, enqueued tokens, and claims.
 
-use sqlx::{Connection, Row, Sqlite, SqliteConnection, Transaction};
+use sqlx::{Row, SqliteConnection};
 use tranche_core::{JobId, LeaseToken, ProviderKind, Usd};
 use tranche_store::rows::{StoredRow, day_of, parse, tenant_load_from_row, to_i64, to_u64};
 use tranche_store::*;
 
 use crate::SqliteStore;
-use crate::keys_off::KeysOff;
+use crate::keys_off::WriteTx;
 use crate::pages::Page;
 
 #[async_trait::async_trait]
@@ -236,21 +236,26 @@ impl PlanStore for SqliteStore {
         // Every key this transaction writes holds by construction: its requests are claimed
         // into the tranche it inserts, and its jobs are read from `jobs`. Checked row by row,
         // the keys took 40% of a claim's time (`keys_off.rs`).
-        let mut keys = KeysOff::take(&self.pool, self.in_memory).await?;
-        let claimed = claim_into(keys.conn(), tranche, request_ids, duty).await?;
-        keys.restore().await?;
+        let mut tx = WriteTx::begin_unchecked(&self.pool, self.in_memory).await?;
+        let claimed = claim_into(tx.conn(), tranche, request_ids, duty).await?;
+        // A refused or empty claim leaves nothing behind, not even its tranche.
+        match claimed {
+            Some(n) if n > 0 => tx.commit().await?,
+            _ => tx.rollback().await?,
+        }
         Ok(claimed)
     }
 }
 
-/// [`PlanStore::create_tranche`] on `conn`.
+/// [`PlanStore::create_tranche`]'s writes, inside the write transaction of `tx`: `None` when
+/// the planner's lease is not held, else how many requests it claimed (none: it is to be
+/// rolled back).
 async fn claim_into(
-    conn: &mut SqliteConnection,
+    tx: &mut SqliteConnection,
     tranche: &NewTranche,
     request_ids: &[i64],
     duty: (&str, LeaseToken),
 ) -> StoreResult<Option<u64>> {
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
     let held = sqlx::query("SELECT 1 FROM leases WHERE name = ? AND token = ?")
         .bind(duty.0)
         .bind(duty.1.to_string())
@@ -285,12 +290,11 @@ async fn claim_into(
     .await?;
     // The claimed requests' jobs are counted once each below, not once per request: the
     // claim does not set `recount`, so the counter trigger is not part of it.
-    let claimed = claim(&mut tx, seq, request_ids).await?;
+    let claimed = claim(tx, seq, request_ids).await?;
     if claimed == 0 {
-        // Dropping the transaction rolls the empty tranche back.
         return Ok(Some(0));
     }
-    let jobs = match sole_job(&mut tx, request_ids).await? {
+    let jobs = match sole_job(tx, request_ids).await? {
         Some(job) => {
             sqlx::query(
                 "UPDATE jobs SET n_pending = n_pending - ?1, n_queued = n_queued + ?1
@@ -302,7 +306,7 @@ async fn claim_into(
             .await?;
             vec![job]
         }
-        None => count_by_job(&mut tx, seq).await?,
+        None => count_by_job(tx, seq).await?,
     };
     sqlx::query("UPDATE tranches SET request_count = ? WHERE id = ?")
         .bind(to_i64(claimed))
@@ -317,7 +321,6 @@ async fn claim_into(
     .bind(crate::json_list("job ids", &jobs)?)
     .execute(&mut *tx)
     .await?;
-    tx.commit().await?;
     Ok(Some(claimed))
 }
 
@@ -391,7 +394,7 @@ const CLAIM_RUNS: usize = 32;
 ///
 /// `OR FAIL`: a claim that stops halfway fails with its transaction, so SQLite need not keep a
 /// statement journal to undo it alone (85 MB a tranche of 50,000; see migration `0026`).
-async fn claim(tx: &mut Transaction<'_, Sqlite>, seq: i64, ids: &[i64]) -> StoreResult<u64> {
+async fn claim(tx: &mut SqliteConnection, seq: i64, ids: &[i64]) -> StoreResult<u64> {
     let runs = id_runs(ids);
     if runs.len() > CLAIM_RUNS {
         let ids = crate::json_list("request ids", ids)?;
@@ -401,7 +404,7 @@ async fn claim(tx: &mut Transaction<'_, Sqlite>, seq: i64, ids: &[i64]) -> Store
         )
         .bind(seq)
         .bind(ids)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
         return Ok(claimed.rows_affected());
     }
@@ -414,7 +417,7 @@ async fn claim(tx: &mut Transaction<'_, Sqlite>, seq: i64, ids: &[i64]) -> Store
         .bind(seq)
         .bind(first)
         .bind(last)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?
         .rows_affected();
     }
@@ -427,7 +430,7 @@ async fn claim(tx: &mut Transaction<'_, Sqlite>, seq: i64, ids: &[i64]) -> Store
 /// range may hold another's (a job accepted before its range was kept, whose ids interleaved).
 /// A tranche nearly always takes one job's requests: it is then counted from the ids planned,
 /// not from its rows read again (14 VM steps and a read of the tranche's row pages a request).
-async fn sole_job(tx: &mut Transaction<'_, Sqlite>, ids: &[i64]) -> StoreResult<Option<String>> {
+async fn sole_job(tx: &mut SqliteConnection, ids: &[i64]) -> StoreResult<Option<String>> {
     let (Some(&first), Some(&last)) = (ids.iter().min(), ids.iter().max()) else {
         return Ok(None);
     };
@@ -438,7 +441,7 @@ async fn sole_job(tx: &mut Transaction<'_, Sqlite>, ids: &[i64]) -> StoreResult<
     )
     .bind(first)
     .bind(last)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?)
 }
 
@@ -452,7 +455,7 @@ async fn sole_job(tx: &mut Transaction<'_, Sqlite>, ids: &[i64]) -> StoreResult<
 /// such keys). Read by id instead, in id order, they took 0.04 s, but those runs peaked about
 /// 2 MB higher, at 10,000 requests as at 100,000; one binary's peak has since been seen to
 /// move as much between sittings, so that wants measuring again over many interleaved runs.
-async fn count_by_job(tx: &mut Transaction<'_, Sqlite>, seq: i64) -> StoreResult<Vec<String>> {
+async fn count_by_job(tx: &mut SqliteConnection, seq: i64) -> StoreResult<Vec<String>> {
     Ok(sqlx::query_scalar(
         "UPDATE jobs SET n_pending = n_pending - c.n, n_queued = n_queued + c.n
          FROM (SELECT job_id, COUNT(*) AS n FROM requests
@@ -461,7 +464,7 @@ async fn count_by_job(tx: &mut Transaction<'_, Sqlite>, seq: i64) -> StoreResult
          RETURNING jobs.id",
     )
     .bind(seq)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *tx)
     .await?)
 }
 
